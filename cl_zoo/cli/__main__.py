@@ -1,0 +1,5 @@
+import sys
+
+from cl_zoo.cli import main
+
+sys.exit(main())

@@ -1,0 +1,98 @@
+"""CMC's dual encoder: one network on L, one on ab, features concatenated.
+
+The model takes RGB in [0, 1] (its pretrained config has mean 0 / std 1) and converts to Lab
+itself, so any caller that feeds the zoo's standard preprocessing gets the CMC input without a
+special path. ``forward_views`` returns the two views' features separately for the CMC loss;
+``forward_features`` concatenates them (the representation CMC evaluates).
+
+Each view's encoder is a :class:`cl_zoo.models.resnet.ResNet` with a width multiplier; as in CMC's
+code the stem keeps 64 channels, so "ResNet-50 x0.5 per view" is 2 x 1024 = 2048 features and about
+12M parameters for both.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from cl_zoo.models.alexnet import SmallAlexNet
+from cl_zoo.models.resnet import ResNet
+from cl_zoo.ops.color import normalize_lab, rgb_to_lab
+from cl_zoo.registry import PretrainedCfg, register_model
+
+_RGB01 = dict(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
+
+
+class LabSplit(nn.Module):
+    """RGB [0, 1] -> (L [B,1,H,W], ab [B,2,H,W]), each scaled to about [-1, 1]."""
+
+    def forward(self, rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        lab = normalize_lab(rgb_to_lab(rgb.float()))
+        return lab[:, :1], lab[:, 1:]
+
+
+class CMCDualEncoder(nn.Module):
+    """Two encoders, L and ab, whose pooled features are concatenated."""
+
+    def __init__(self, l_encoder: nn.Module, ab_encoder: nn.Module) -> None:
+        super().__init__()
+        self.to_lab = LabSplit()
+        self.l_encoder = l_encoder
+        self.ab_encoder = ab_encoder
+        self.view_features = [l_encoder.num_features, ab_encoder.num_features]
+        self.num_features = sum(self.view_features)
+
+    def forward_views(self, rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        l_view, ab_view = self.to_lab(rgb)
+        dtype = next(self.l_encoder.parameters()).dtype
+        return (
+            self.l_encoder.forward_features(l_view.to(dtype)),
+            self.ab_encoder.forward_features(ab_view.to(dtype)),
+        )
+
+    def forward_features(self, rgb: torch.Tensor) -> torch.Tensor:
+        return torch.cat(self.forward_views(rgb), dim=1)
+
+    def forward(self, rgb: torch.Tensor) -> torch.Tensor:
+        return self.forward_features(rgb)
+
+
+def _resnet_pair(depth: int, width: float, stem: str) -> CMCDualEncoder:
+    return CMCDualEncoder(
+        ResNet(depth=depth, in_chans=1, stem=stem, width=width),  # type: ignore[arg-type]
+        ResNet(depth=depth, in_chans=2, stem=stem, width=width),  # type: ignore[arg-type]
+    )
+
+
+_IMAGENET_LAB = PretrainedCfg(input_size=(3, 224, 224), crop_pct=0.875, **_RGB01)
+_CIFAR_LAB = PretrainedCfg(input_size=(3, 32, 32), crop_pct=1.0, **_RGB01)
+
+
+@register_model(default_cfg=_IMAGENET_LAB)
+def cmc_resnet50x05_lab(width: float = 0.5) -> CMCDualEncoder:
+    """CMC L+ab, ResNet-50 at width 0.5 per view (2048-d, ~12M parameters)."""
+    return _resnet_pair(50, width, "imagenet")
+
+
+@register_model(default_cfg=_IMAGENET_LAB)
+def cmc_resnet50x1_lab(width: float = 1.0) -> CMCDualEncoder:
+    """CMC L+ab, ResNet-50 at width 1 per view (4096-d)."""
+    return _resnet_pair(50, width, "imagenet")
+
+
+@register_model(default_cfg=_IMAGENET_LAB)
+def cmc_resnet50x2_lab(width: float = 2.0) -> CMCDualEncoder:
+    """CMC L+ab, ResNet-50 at width 2 per view (8192-d)."""
+    return _resnet_pair(50, width, "imagenet")
+
+
+@register_model(default_cfg=_CIFAR_LAB)
+def cmc_resnet18_cifar_lab(width: float = 0.75) -> CMCDualEncoder:
+    """CMC L+ab with CIFAR-stem ResNet-18s; width 0.75 keeps both near one ResNet-18 (~12.6M)."""
+    return _resnet_pair(18, width, "cifar")
+
+
+@register_model(default_cfg=_CIFAR_LAB)
+def cmc_alexnet_cifar_lab() -> CMCDualEncoder:
+    """CMC L+ab with the two halves of the small AlexNet (CMC Table 10 / Wang & Isola)."""
+    return CMCDualEncoder(SmallAlexNet(in_chans=1, width=0.5), SmallAlexNet(in_chans=2, width=0.5))

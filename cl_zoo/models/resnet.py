@@ -1,0 +1,145 @@
+"""ResNet backbones on torchvision's implementation.
+
+Parameter names are torchvision's (``conv1``, ``bn1``, ``layer1``..``layer4``) with the classifier
+removed, so weights move to torchvision, timm and detectron2 by renaming alone. Two stems:
+
+* ``imagenet``: 7x7 stride-2 conv + 3x3 max-pool (the original ResNet);
+* ``cifar``: 3x3 stride-1 conv and no max-pool, as SimCLR, DCL, CACR and every CIFAR benchmark
+  (lightly, solo-learn) use for 32x32 inputs.
+
+A width multiplier scales the residual stages (CMC's x0.5/x1/x2 encoders); the stem keeps
+``stem_width`` channels (64 by default), as in CMC's own ResNet.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+import torch.nn as nn
+from torchvision.models import resnet as tv_resnet
+
+from cl_zoo.registry import CIFAR10_MEAN, CIFAR10_STD, PretrainedCfg, register_model
+
+Stem = Literal["imagenet", "cifar"]
+
+_DEPTHS: dict[int, tuple[type[nn.Module], list[int]]] = {
+    18: (tv_resnet.BasicBlock, [2, 2, 2, 2]),
+    34: (tv_resnet.BasicBlock, [3, 4, 6, 3]),
+    50: (tv_resnet.Bottleneck, [3, 4, 6, 3]),
+    101: (tv_resnet.Bottleneck, [3, 4, 23, 3]),
+}
+
+
+class ResNet(tv_resnet.ResNet):
+    """torchvision ResNet without its classifier, with a CIFAR stem and width options.
+
+    ``forward`` and ``forward_features`` return globally pooled features ``[B, num_features]``;
+    ``forward_stages`` returns the four stage outputs for detection.
+    """
+
+    def __init__(
+        self,
+        depth: int = 50,
+        in_chans: int = 3,
+        stem: Stem = "imagenet",
+        width: float = 1.0,
+        stem_width: int = 64,
+        zero_init_residual: bool = False,
+    ) -> None:
+        if depth not in _DEPTHS:
+            raise ValueError(f"unsupported ResNet depth {depth}; choose from {sorted(_DEPTHS)}")
+        if stem not in ("imagenet", "cifar"):
+            raise ValueError(f"unknown stem {stem!r}; choose 'imagenet' or 'cifar'")
+        block, layers = _DEPTHS[depth]
+        nn.Module.__init__(self)  # torchvision's __init__ would build a fixed-width network
+        self.depth, self.in_chans, self.stem, self.width = depth, in_chans, stem, width
+        self._norm_layer = nn.BatchNorm2d
+        self.inplanes = stem_width
+        self.dilation = 1
+        self.groups = 1
+        self.base_width = 64
+        if stem == "imagenet":
+            self.conv1 = nn.Conv2d(in_chans, stem_width, kernel_size=7, stride=2, padding=3, bias=False)
+            self.maxpool: nn.Module = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        else:
+            self.conv1 = nn.Conv2d(in_chans, stem_width, kernel_size=3, stride=1, padding=1, bias=False)
+            self.maxpool = nn.Identity()
+        self.bn1 = nn.BatchNorm2d(stem_width)
+        self.relu = nn.ReLU(inplace=True)
+        planes = [max(1, int(round(64 * width * 2**i))) for i in range(4)]
+        self.layer1 = self._make_layer(block, planes[0], layers[0])
+        self.layer2 = self._make_layer(block, planes[1], layers[1], stride=2)
+        self.layer3 = self._make_layer(block, planes[2], layers[2], stride=2)
+        self.layer4 = self._make_layer(block, planes[3], layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.num_features = planes[3] * block.expansion
+        self.stage_channels = [p * block.expansion for p in planes]
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+        if zero_init_residual:
+            for m in self.modules():
+                if isinstance(m, tv_resnet.Bottleneck):
+                    nn.init.zeros_(m.bn3.weight)
+                elif isinstance(m, tv_resnet.BasicBlock):
+                    nn.init.zeros_(m.bn2.weight)
+
+    def forward_stages(self, x: torch.Tensor) -> list[torch.Tensor]:
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        c2 = self.layer1(x)
+        c3 = self.layer2(c2)
+        c4 = self.layer3(c3)
+        c5 = self.layer4(c4)
+        return [c2, c3, c4, c5]
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(self.avgpool(self.forward_stages(x)[-1]), 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_features(x)
+
+
+_IMAGENET_CFG = PretrainedCfg(input_size=(3, 224, 224), interpolation="bilinear", crop_pct=0.875)
+_CIFAR_CFG = PretrainedCfg(
+    mean=CIFAR10_MEAN, std=CIFAR10_STD, input_size=(3, 32, 32), interpolation="bilinear", crop_pct=1.0
+)
+
+
+@register_model(default_cfg=_IMAGENET_CFG)
+def resnet18(**kwargs: object) -> ResNet:
+    """ResNet-18, ImageNet stem (11.2M parameters without fc)."""
+    return ResNet(depth=18, **kwargs)  # type: ignore[arg-type]
+
+
+@register_model(default_cfg=_IMAGENET_CFG)
+def resnet34(**kwargs: object) -> ResNet:
+    """ResNet-34, ImageNet stem (21.3M parameters without fc)."""
+    return ResNet(depth=34, **kwargs)  # type: ignore[arg-type]
+
+
+@register_model(default_cfg=_IMAGENET_CFG)
+def resnet50(**kwargs: object) -> ResNet:
+    """ResNet-50, ImageNet stem (23.5M parameters without fc)."""
+    return ResNet(depth=50, **kwargs)  # type: ignore[arg-type]
+
+
+@register_model(default_cfg=_CIFAR_CFG)
+def resnet18_cifar(**kwargs: object) -> ResNet:
+    """ResNet-18 with the CIFAR stem (3x3 stride-1 conv, no max-pool), for 32x32 inputs."""
+    return ResNet(depth=18, stem="cifar", **kwargs)  # type: ignore[arg-type]
+
+
+@register_model(default_cfg=_CIFAR_CFG)
+def resnet34_cifar(**kwargs: object) -> ResNet:
+    """ResNet-34 with the CIFAR stem."""
+    return ResNet(depth=34, stem="cifar", **kwargs)  # type: ignore[arg-type]
+
+
+@register_model(default_cfg=_CIFAR_CFG)
+def resnet50_cifar(**kwargs: object) -> ResNet:
+    """ResNet-50 with the CIFAR stem."""
+    return ResNet(depth=50, stem="cifar", **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,1 @@
+"""Small differentiable tensor operations shared by models and data pipelines."""

@@ -1,0 +1,67 @@
+"""Shared fixtures: the real datasets beside the project (../shared/datasets), unpacked once."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATASETS = Path(os.environ.get("CL_ZOO_SHARED_DATASETS", REPO_ROOT.parent / "shared" / "datasets"))
+# Unpacked archives are reused across test sessions (CI unpacks each at most once per machine).
+UNPACK_ROOT = Path(os.environ.get("CL_ZOO_TEST_DATA", "/tmp/cl-zoo-test-data"))
+
+
+def shared_archive(name: str) -> Path:
+    """Path of ``../shared/datasets/<name>``; skips the test with the reason when it is absent."""
+    path = SHARED_DATASETS / name
+    if not path.is_file():
+        pytest.skip(f"needs {path} (the shared datasets folder beside the project is absent)")
+    return path
+
+
+def unpacked(name: str) -> Path:
+    """Unpack ``../shared/datasets/<name>`` once (process-safe) and return the folder it unpacks into."""
+    archive = shared_archive(name)
+    target = UNPACK_ROOT / name.replace(".tar.gz", "")
+    done = target / ".complete"
+    if not done.exists():
+        UNPACK_ROOT.mkdir(parents=True, exist_ok=True)
+        with open(UNPACK_ROOT / f".{target.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                target.mkdir(parents=True, exist_ok=True)
+                with tarfile.open(archive) as tar:
+                    tar.extractall(target, filter="data")
+                done.touch()
+    return target
+
+
+@pytest.fixture(scope="session")
+def cifar10_dir() -> Path:
+    """CIFAR-10 as JPEG ImageFolder: ``<dir>/train/<class>/*.jpg`` and ``<dir>/test/...``."""
+    return unpacked("cifar10-jpeg.tar.gz")
+
+
+@pytest.fixture(scope="session")
+def imagenet_samples_dir() -> Path:
+    """255 real ImageNet photos at full resolution: ``<dir>/photos/*.JPEG``."""
+    return unpacked("imagenet-samples.tar.gz")
+
+
+@pytest.fixture(scope="session")
+def tiny_coco_dir() -> Path:
+    return unpacked("tiny-coco.tar.gz")
+
+
+@pytest.fixture(scope="session")
+def bccd_voc_dir() -> Path:
+    return unpacked("bccd-voc.tar.gz")
+
+
+@pytest.fixture(scope="session")
+def imagenette_val_dir() -> Path:
+    return unpacked("imagenette128-val.tar.gz")
