@@ -1,0 +1,75 @@
+"""Naive loss references: explicit Python loops over anchors and candidates, scalar arithmetic.
+
+They exist to check the vectorised losses in ``cl_zoo.losses`` (value and gradient, float64); they
+are written straight from the papers' equations, sharing no code with the package. Inputs are
+assumed L2-normalised already (the tests pass ``normalize=False`` to the package functions or
+normalise before calling both).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def dot(a: Tensor, b: Tensor) -> Tensor:
+    out = a[0] * b[0]
+    for d in range(1, a.shape[0]):
+        out = out + a[d] * b[d]
+    return out
+
+
+def log_sum_exp(values: list[Tensor]) -> Tensor:
+    m = max(float(v.detach()) for v in values)
+    total = sum(torch.exp(v - m) for v in values)
+    return torch.log(total) + m
+
+
+def nt_xent_ref(z1: Tensor, z2: Tensor, tau: float) -> Tensor:
+    n = z1.shape[0]
+    views = [z1[i] for i in range(n)] + [z2[i] for i in range(n)]
+    losses = []
+    for a in range(2 * n):
+        p = (a + n) % (2 * n)
+        terms = [dot(views[a], views[b]) / tau for b in range(2 * n) if b != a]
+        losses.append(-dot(views[a], views[p]) / tau + log_sum_exp(terms))
+    return sum(losses) / len(losses)
+
+
+def info_nce_ref(q: Tensor, k: Tensor, queue: Tensor | None, tau: float) -> Tensor:
+    n = q.shape[0]
+    losses = []
+    for i in range(n):
+        pos = dot(q[i], k[i]) / tau
+        if queue is None:
+            negs = [dot(q[i], k[j]) / tau for j in range(n) if j != i]
+        else:
+            negs = [dot(q[i], queue[j]) / tau for j in range(queue.shape[0])]
+        losses.append(-pos + log_sum_exp([pos] + negs))
+    return sum(losses) / n
+
+
+def dcl_ref(z1: Tensor, z2: Tensor, tau: float, weight: list[float] | None = None) -> Tensor:
+    n = z1.shape[0]
+    losses = []
+    for k in (0, 1):
+        anchors = z1 if k == 0 else z2
+        for i in range(n):
+            w = 1.0 if weight is None else weight[i]
+            pos = w * dot(z1[i], z2[i]) / tau
+            terms = []
+            for other in (z1, z2):
+                for j in range(n):
+                    if j != i:
+                        terms.append(dot(anchors[i], other[j]) / tau)
+            losses.append(-pos + log_sum_exp(terms))
+    return sum(losses) / len(losses)
+
+
+def dclw_weights_ref(z1: Tensor, z2: Tensor, sigma: float) -> list[float]:
+    n = z1.shape[0]
+    s = [math.exp(float(dot(z1[i], z2[i]).detach()) / sigma) for i in range(n)]
+    total = sum(s)
+    return [2.0 - n * s[i] / total for i in range(n)]
