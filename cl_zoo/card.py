@@ -1,0 +1,169 @@
+"""Model cards: the README.md of a checkpoint folder (Hub YAML front matter + sections).
+
+The front matter carries ``library_name: cl-zoo`` and a ``model-index`` so the Hub shows the
+metrics in its evaluation widget; the sections say how to load the model three ways, how it was
+trained and evaluated, and which paper to cite.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import yaml
+
+PAPERS: dict[str, tuple[str, str]] = {
+    "jcl": (
+        "Joint Contrastive Learning with Infinite Possibilities (Cai et al., NeurIPS 2020)",
+        "@inproceedings{cai2020jcl,\n  title={Joint Contrastive Learning with Infinite Possibilities},\n"
+        "  author={Cai, Qi and Wang, Yu and Pan, Yingwei and Yao, Ting and Mei, Tao},\n"
+        "  booktitle={NeurIPS},\n  year={2020}\n}",
+    ),
+    "dcl": (
+        "Decoupled Contrastive Learning (Yeh et al., ECCV 2022)",
+        "@inproceedings{yeh2022dcl,\n  title={Decoupled Contrastive Learning},\n"
+        "  author={Yeh, Chun-Hsiao and Hong, Cheng-Yao and Hsu, Yen-Chi and Liu, Tyng-Luh and Chen, Yubei and LeCun, Yann},\n"
+        "  booktitle={ECCV},\n  year={2022}\n}",
+    ),
+    "simo": (
+        "EqCo: Equivalent Rules for Self-supervised Contrastive Learning (Zhu et al., 2020)",
+        "@article{zhu2020eqco,\n  title={EqCo: Equivalent Rules for Self-supervised Contrastive Learning},\n"
+        "  author={Zhu, Benjin and Huang, Junqiang and Li, Zeming and Zhang, Xiangyu and Sun, Jian},\n"
+        "  journal={arXiv:2010.01929},\n  year={2020}\n}",
+    ),
+    "cmc": (
+        "Contrastive Multiview Coding (Tian et al., ECCV 2020)",
+        "@inproceedings{tian2020cmc,\n  title={Contrastive Multiview Coding},\n"
+        "  author={Tian, Yonglong and Krishnan, Dilip and Isola, Phillip},\n  booktitle={ECCV},\n  year={2020}\n}",
+    ),
+    "cacr": (
+        "Contrastive Attraction and Contrastive Repulsion for Representation Learning (Zheng et al., TMLR 2023)",
+        "@article{zheng2023cacr,\n  title={Contrastive Attraction and Contrastive Repulsion for Representation Learning},\n"
+        "  author={Zheng, Huangjie and Chen, Xu and Yao, Jiangchao and Yang, Hongxia and Li, Chunyuan and Zhang, Ya and Zhang, Hao and Tsang, Ivor and Zhou, Jingren and Zhou, Mingyuan},\n"
+        "  journal={TMLR},\n  year={2023}\n}",
+    ),
+    "simclr": (
+        "A Simple Framework for Contrastive Learning of Visual Representations (Chen et al., ICML 2020)",
+        "@inproceedings{chen2020simclr,\n  title={A Simple Framework for Contrastive Learning of Visual Representations},\n"
+        "  author={Chen, Ting and Kornblith, Simon and Norouzi, Mohammad and Hinton, Geoffrey},\n  booktitle={ICML},\n  year={2020}\n}",
+    ),
+    "mocov2": (
+        "Improved Baselines with Momentum Contrastive Learning (Chen et al., 2020)",
+        "@article{chen2020mocov2,\n  title={Improved Baselines with Momentum Contrastive Learning},\n"
+        "  author={Chen, Xinlei and Fan, Haoqi and Girshick, Ross and He, Kaiming},\n  journal={arXiv:2003.04297},\n  year={2020}\n}",
+    ),
+}
+PAPERS["dclw"] = PAPERS["dcl"]
+PAPERS["eqco"] = PAPERS["simo"]
+PAPERS["moco"] = PAPERS["mocov2"]
+
+
+def _metric_entries(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    entries = []
+    for name, value in sorted(metrics.items()):
+        if isinstance(value, (int, float)):
+            entries.append({"type": name, "value": float(value), "name": name})
+    return entries
+
+
+def front_matter(config: Mapping[str, Any]) -> dict[str, Any]:
+    cfg = config.get("pretrained_cfg", {})
+    method = (config.get("method") or cfg.get("method") or "").lower()
+    dataset = cfg.get("dataset")
+    meta: dict[str, Any] = {
+        "library_name": "cl-zoo",
+        "license": cfg.get("license") or "apache-2.0",
+        "tags": sorted({"cl-zoo", "self-supervised", "contrastive-learning", "image-feature-extraction", method} - {""}),
+        "pipeline_tag": "image-feature-extraction",
+    }
+    if dataset:
+        meta["datasets"] = [dataset]
+    metrics = config.get("metrics") or {}
+    if metrics:
+        meta["model-index"] = [
+            {
+                "name": config.get("model_name", config.get("architecture")),
+                "results": [
+                    {
+                        "task": {"type": "image-classification", "name": "Image classification (frozen features)"},
+                        "dataset": {"type": dataset or "unknown", "name": dataset or "unknown"},
+                        "metrics": _metric_entries(metrics),
+                    }
+                ],
+            }
+        ]
+    return meta
+
+
+def render_card(config: Mapping[str, Any], sections: Mapping[str, str] | None = None) -> str:
+    """Render README.md for a checkpoint; ``sections`` add or replace named sections."""
+    sections = dict(sections or {})
+    cfg = config.get("pretrained_cfg", {})
+    name = config.get("model_name") or config.get("architecture")
+    method = (config.get("method") or cfg.get("method") or "").lower()
+    paper, bibtex = PAPERS.get(method, ("", ""))
+    hub_id = cfg.get("hf_hub_id")
+    source = f"hf-hub:{hub_id}" if hub_id else name
+    metrics = config.get("metrics") or {}
+    recipe = config.get("recipe") or {}
+
+    body: dict[str, str] = {}
+    body["Description"] = (
+        f"`{name}` is a `{config.get('architecture')}` backbone ({config.get('num_params', 0) / 1e6:.2f}M parameters, "
+        f"{config.get('num_features')}-d pooled features)"
+        + (f" pretrained with **{method.upper()}**" if method else "")
+        + (f" ({paper})" if paper else "")
+        + (f" on {cfg.get('dataset')}" if cfg.get("dataset") else "")
+        + (f" for {cfg.get('epochs')} epochs" if cfg.get("epochs") else "")
+        + ". It is a feature extractor: the projection head and momentum encoder used in pretraining are not included."
+        + (f"\n\n{cfg['notes']}" if cfg.get("notes") else "")
+    )
+    body["How to load"] = (
+        "```python\nimport cl_zoo\n"
+        f"model = cl_zoo.create_model({name!r}, pretrained=True)  # or cl_zoo.load_pretrained({source!r})\n"
+        "features = model.forward_features(images)  # [B, %s]\n```\n\n"
+        "```python\nimport torch\n"
+        f"model = torch.hub.load('<path-or-github-of-cl-zoo>', {name.split('.')[0]!r}, pretrained=False)\n```\n\n"
+        "```bash\n"
+        f"cl-zoo embed images/ --model {source} --out embeddings.npy\n```\n\n"
+        "Preprocessing: resize the shorter side to %d (%s), centre-crop %dx%d, normalise with mean %s and std %s."
+    ) % (
+        config.get("num_features"),
+        int(round(cfg.get("input_size", [3, 224, 224])[-1] / cfg.get("crop_pct", 1.0))),
+        cfg.get("interpolation", "bilinear"),
+        cfg.get("input_size", [3, 224, 224])[-2],
+        cfg.get("input_size", [3, 224, 224])[-1],
+        list(cfg.get("mean", [])),
+        list(cfg.get("std", [])),
+    )
+    if recipe:
+        body["Training recipe"] = "```yaml\n" + yaml.safe_dump(dict(recipe), sort_keys=True).rstrip() + "\n```"
+    else:
+        body["Training recipe"] = "Not recorded for this checkpoint."
+    if metrics:
+        rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, (int, float)) else f"| {k} | {v} |" for k, v in sorted(metrics.items()))
+        body["Evaluation"] = "| metric | value |\n|---|---|\n" + rows
+    else:
+        body["Evaluation"] = "No evaluation recorded yet (`cl-zoo knn` / `cl-zoo linear-eval`, then `cl-zoo card-update`)."
+    body["Citation"] = f"```bibtex\n{bibtex}\n```" if bibtex else "Cite cl-zoo and the method's paper."
+    for key, text in sections.items():
+        body[key] = text
+
+    order = ["Description", "How to load", "Training recipe", "Evaluation"]
+    order += [k for k in body if k not in order and k != "Citation"] + ["Citation"]
+    parts = ["---", yaml.safe_dump(front_matter(config), sort_keys=False).rstrip(), "---", "", f"# {name}", ""]
+    for key in order:
+        parts += [f"## {key}", "", body[key].rstrip(), ""]
+    return "\n".join(parts)
+
+
+def parse_front_matter(text: str) -> dict[str, Any]:
+    """The YAML front matter of a card (raises ValueError when absent or malformed)."""
+    if not text.startswith("---"):
+        raise ValueError("model card has no YAML front matter")
+    end = text.find("\n---", 3)
+    if end < 0:
+        raise ValueError("model card front matter is not closed with '---'")
+    data = yaml.safe_load(text[3:end])
+    if not isinstance(data, dict):
+        raise ValueError("model card front matter is not a mapping")
+    return data

@@ -1,0 +1,203 @@
+"""Where weights come from: bundled folders, the Hugging Face Hub (and its cache), local paths.
+
+All Hub traffic goes through ``huggingface_hub`` (``snapshot_download``), so ``HF_ENDPOINT``,
+``HF_HUB_OFFLINE``, ``HF_HOME``/``HF_HUB_CACHE`` and tokens behave exactly as users expect from the
+rest of the ecosystem. Resolution order for a registered name:
+
+1. the folder bundled under ``model_cards/`` (same bytes as the pinned Hub revision; verified by
+   sha256 so a stale copy is not used silently) -- offline and instant;
+2. the Hub repo at the pinned revision (cached by ``huggingface_hub``; sha256 verified);
+3. an author-released file (converted on first use, see :mod:`cl_zoo.convert.official`).
+
+When every source fails the error names each one tried and why.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+import torch.nn as nn
+
+from cl_zoo.checkpoint import (
+    CONFIG_NAME,
+    INDEX_NAME,
+    WEIGHTS_NAME,
+    load_folder,
+    load_state_into,
+)
+from cl_zoo.errors import CheckpointError, ClZooError, HubError
+
+if TYPE_CHECKING:
+    from cl_zoo.registry import PretrainedEntry
+
+HUB_PREFIX = "hf-hub:"
+_REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def model_card_dirs() -> list[Path]:
+    """Folders that may hold bundled checkpoints, most specific first."""
+    dirs = []
+    if env := os.environ.get("CL_ZOO_MODEL_CARDS"):
+        dirs.append(Path(env))
+    dirs.append(_REPO_ROOT / "model_cards")  # a checkout / editable install
+    dirs.append(Path(sys.prefix) / "share" / "cl-zoo" / "model_cards")  # a wheel install
+    return dirs
+
+
+def find_bundled(name: str) -> Path | None:
+    for base in model_card_dirs():
+        folder = base / name
+        if (folder / CONFIG_NAME).is_file():
+            return folder
+    return None
+
+
+def parse_hub_id(source: str) -> tuple[str, str | None]:
+    """``hf-hub:owner/name@rev`` -> (``owner/name``, ``rev``)."""
+    spec = source[len(HUB_PREFIX):] if source.startswith(HUB_PREFIX) else source
+    repo_id, _, revision = spec.partition("@")
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise HubError(f"bad Hub id {source!r}: expected hf-hub:owner/name[@revision]")
+    return repo_id, revision or None
+
+
+def download_folder(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> Path:
+    """Fetch (or find in the cache) a checkpoint repo; returns the local snapshot folder."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        path = snapshot_download(
+            repo_id,
+            revision=revision,
+            cache_dir=cache_dir,
+            allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME, "model-*.safetensors", "README.md"],
+        )
+    except RepositoryNotFoundError as exc:
+        raise HubError(f"Hub repo {repo_id} not found (or private without a token)") from exc
+    except RevisionNotFoundError as exc:
+        raise HubError(f"Hub repo {repo_id} has no revision {revision!r}") from exc
+    except LocalEntryNotFoundError as exc:
+        raise HubError(
+            f"Hub repo {repo_id}{'@' + revision if revision else ''} is not cached and the Hub cannot be reached "
+            "(offline or HF_HUB_OFFLINE=1)"
+        ) from exc
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise HubError(f"could not download {repo_id}: {' '.join(str(exc).split())[:200]}") from exc
+    return Path(path)
+
+
+def load_hub(source: str, sha256: dict[str, str] | None = None, cache_dir: str | None = None) -> nn.Module:
+    repo_id, revision = parse_hub_id(source)
+    folder = download_folder(repo_id, revision, cache_dir=cache_dir)
+    model = load_folder(folder, sha256=sha256)
+    model.checkpoint_source = f"{HUB_PREFIX}{repo_id}@{revision or 'main'}"
+    return model
+
+
+def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
+    """Load a registered pretrained model from the first source that works."""
+    cfg = entry.cfg
+    tried: list[str] = []
+    if cfg.bundled and (folder := find_bundled(cfg.bundled)) is not None:
+        try:
+            model = load_folder(folder, sha256=cfg.sha256, model_name=entry.name)
+            model.checkpoint_source = str(folder)
+            return model
+        except CheckpointError as exc:
+            tried.append(f"bundled {folder} ({exc})")
+    elif cfg.bundled:
+        tried.append(f"bundled model_cards/{cfg.bundled} (not present)")
+    if cfg.hf_hub_id:
+        try:
+            model = load_hub(HUB_PREFIX + cfg.hf_hub_id + (f"@{cfg.revision}" if cfg.revision else ""), cfg.sha256 or None)
+            model.model_name = entry.name
+            return model
+        except ClZooError as exc:
+            tried.append(f"hf-hub:{cfg.hf_hub_id} ({exc})")
+    if cfg.url:
+        try:
+            from cl_zoo.convert.official import load_official
+
+            return load_official(entry)
+        except ClZooError as exc:
+            tried.append(f"{cfg.url} ({exc})")
+    raise HubError(f"cannot load {entry.name}: " + "; ".join(tried or ["no source is configured"]))
+
+
+def load_pretrained(source: str | os.PathLike[str], **kwargs: object) -> nn.Module:
+    """Load a checkpoint from a folder, a safetensors/.pth file, ``hf-hub:owner/name[@rev]``, or a
+    registered pretrained name."""
+    from cl_zoo.registry import create_model, is_pretrained_name
+
+    text = os.fspath(source)
+    if text.startswith(HUB_PREFIX):
+        return load_hub(text)
+    path = Path(text)
+    if path.is_dir():
+        return load_folder(path)
+    if path.is_file():
+        return _load_file(path, **kwargs)
+    if is_pretrained_name(text):
+        return create_model(text, pretrained=True)
+    if path.suffix or os.sep in text:
+        raise CheckpointError(f"{text} does not exist")
+    from cl_zoo.registry import get_pretrained
+
+    get_pretrained(text)  # raises the "unknown model ... did you mean" error
+    raise AssertionError("unreachable")
+
+
+def _load_file(path: Path, arch: str | None = None, **model_args: object) -> nn.Module:
+    """A lone weights file: beside its config.json, or with an explicit architecture."""
+    from cl_zoo.registry import create_model
+
+    if path.name == CONFIG_NAME or (path.suffix == ".safetensors" and (path.parent / CONFIG_NAME).is_file()):
+        return load_folder(path.parent)
+    if arch is None:
+        raise CheckpointError(
+            f"{path} is a bare weights file; load the folder that holds it with its config.json, "
+            "or pass arch=<architecture>"
+        )
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state = load_file(str(path))
+    else:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # noqa: BLE001 - any unpickling refusal is a user-facing error
+            raise CheckpointError(f"{path} cannot be loaded safely (weights_only=True): {str(exc).splitlines()[0]}") from exc
+        if isinstance(state, dict) and "state_dict" in state:
+            state = state["state_dict"]
+    model = create_model(arch, **model_args)
+    load_state_into(model, state, str(path))
+    return model.eval()
+
+
+def load_model(spec: str | os.PathLike[str] | nn.Module) -> nn.Module:
+    """Turn a user's ``--model`` value into a model in eval mode.
+
+    Accepts a registered pretrained name, a checkpoint folder or file, ``hf-hub:...``, or an
+    architecture without parameters (``pixels``). Architectures with parameters are refused: random
+    features are almost never what a user meant.
+    """
+    from cl_zoo.registry import _ARCHS, _ensure_loaded, create_model
+
+    if isinstance(spec, nn.Module):
+        return spec.eval()
+    text = os.fspath(spec)
+    _ensure_loaded()
+    if text in _ARCHS:
+        model = create_model(text)
+        if any(True for _ in model.parameters()):
+            raise ClZooError(
+                f"{text!r} is an architecture with random weights; pass a pretrained name "
+                "(`cl-zoo models --pretrained`), a checkpoint folder or hf-hub:owner/name"
+            )
+        return model.eval()
+    return load_pretrained(text)
