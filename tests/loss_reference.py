@@ -73,3 +73,14 @@ def dclw_weights_ref(z1: Tensor, z2: Tensor, sigma: float) -> list[float]:
     s = [math.exp(float(dot(z1[i], z2[i]).detach()) / sigma) for i in range(n)]
     total = sum(s)
     return [2.0 - n * s[i] / total for i in range(n)]
+
+
+def eqco_ref(q: Tensor, k: Tensor, negatives: list[list[Tensor]], tau: float, alpha: float) -> Tensor:
+    """Appendix A.1 form: -log(s0 / (s0 + alpha/K sum_i s_i)); ``negatives[i]`` lists q_i's negatives."""
+    losses = []
+    for i in range(q.shape[0]):
+        s0 = torch.exp(dot(q[i], k[i]) / tau)
+        kk = len(negatives[i])
+        s = sum(torch.exp(dot(q[i], neg) / tau) for neg in negatives[i])
+        losses.append(-torch.log(s0 / (s0 + alpha / kk * s)))
+    return sum(losses) / len(losses)

@@ -1,16 +1,22 @@
 """Contrastive losses, one module per method; each cites the paper and equation it implements."""
 
 from cl_zoo.losses.dcl import DCLLoss, DCLWLoss, dcl, dclw, dclw_weights
+from cl_zoo.losses.eqco import EqCoLoss, SiMoLoss, eqco_loss, eqco_margin, simo_loss
 from cl_zoo.losses.infonce import InfoNCELoss, NTXentLoss, info_nce, nt_xent
 
 __all__ = [
     "DCLLoss",
     "DCLWLoss",
+    "EqCoLoss",
     "InfoNCELoss",
     "NTXentLoss",
+    "SiMoLoss",
     "dcl",
     "dclw",
     "dclw_weights",
+    "eqco_loss",
+    "eqco_margin",
     "info_nce",
     "nt_xent",
+    "simo_loss",
 ]

@@ -1,0 +1,202 @@
+"""EqCo and SiMo (Zhu et al., "EqCo: Equivalent Rules for Self-supervised Contrastive Learning").
+
+EqCo is InfoNCE with a margin on the positive logit (Eq. 1) chosen by the equivalent condition
+(Eq. 5, Theorem 1)::
+
+    m = tau * log(alpha / K),
+    L = -log( e^{(q.k0 - m)/tau} / (e^{(q.k0 - m)/tau} + sum_{i=1..K} e^{q.ki/tau}) )
+      = -log( s0 / (s0 + alpha/K * sum_i s_i) )            (appendix A.1, s_i = e^{q.ki/tau})
+
+so that the mutual-information bound and the gradient-norm bound (Eq. 7) depend on the constant
+alpha, not on the physical number of negatives K: K negatives "mimic" alpha of them. K is always the
+number of negatives actually in the denominator (queue length, or per-query sample size).
+With alpha == K the margin is 0 and the loss is plain InfoNCE.
+
+SiMo (Sec. 3) is MoCo v2 without the queue: query and key encoders as in MoCo, but the positive
+and the negatives are the current batch's momentum keys; the negatives of ``q_i`` are ``k_j``,
+``j != i`` (K = N-1), or a random subset of K of them. The authors' loss is one-directional
+(queries from view 1, keys from view 2); ``symmetric=True`` averages both directions.
+
+Normalisation follows :mod:`cl_zoo.losses.infonce`: ``q`` and ``k`` are L2-normalised inside when
+``normalize=True``; explicit ``negatives`` are used as given unless ``normalize_negatives=True``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cl_zoo.losses._common import check_pair, check_temperature, full_precision, prepare, reduce, upcast
+
+
+def eqco_margin(temperature: float, alpha: float, num_negatives: int) -> float:
+    """Eq. 5: ``m = tau * log(alpha / K)``."""
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    if num_negatives < 1:
+        raise ValueError(f"EqCo needs at least one negative per query, got K={num_negatives}")
+    return temperature * math.log(alpha / num_negatives)
+
+
+def _margin_cross_entropy(pos: Tensor, neg: Tensor, temperature: float, alpha: float) -> Tensor:
+    """Per-query ``-log(s0 / (s0 + alpha/K sum s_i))`` from raw similarities pos [N], neg [N, K]."""
+    num_negatives = neg.shape[1]
+    pos_logit = (pos - eqco_margin(temperature, alpha, num_negatives)) / temperature
+    logits = torch.cat([pos_logit.unsqueeze(1), neg / temperature], dim=1)
+    targets = torch.zeros(logits.shape[0], dtype=torch.long, device=logits.device)
+    return F.cross_entropy(logits, targets, reduction="none")
+
+
+def eqco_loss(
+    q: Tensor,
+    k: Tensor,
+    negatives: Tensor,
+    temperature: float = 0.2,
+    alpha: float = 256.0,
+    *,
+    normalize: bool = True,
+    normalize_negatives: bool = False,
+    reduction: str = "mean",
+) -> Tensor:
+    """EqCo InfoNCE; ``negatives`` is a shared [K, D] queue or per-query [N, K, D] negatives."""
+    check_pair(q, k, "q, k")
+    check_temperature(temperature)
+    n, d = q.shape
+    with full_precision(q):
+        q = prepare(q, normalize)
+        k = prepare(k, normalize)
+        negs = prepare(negatives, True) if normalize_negatives else upcast(negatives)
+        pos = (q * k).sum(dim=1)
+        if negs.dim() == 2 and negs.shape[1] == d:
+            neg = q @ negs.T
+        elif negs.dim() == 3 and negs.shape[0] == n and negs.shape[2] == d:
+            neg = torch.einsum("nd,nkd->nk", q, negs)
+        else:
+            raise ValueError(f"negatives must be [K, {d}] or [{n}, K, {d}], got {tuple(negatives.shape)}")
+        per_query = _margin_cross_entropy(pos, neg, temperature, alpha)
+    return reduce(per_query, reduction)
+
+
+def _sample_other_indices(n: int, num: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """For each row i, ``num`` distinct column indices drawn uniformly from {0..n-1} minus {i}."""
+    rand_device = generator.device if generator is not None else device
+    scores = torch.rand(n, n - 1, generator=generator, device=rand_device)
+    slots = scores.argsort(dim=1)[:, :num].to(device)  # positions in the n-1 "other" candidates
+    rows = torch.arange(n, device=device).unsqueeze(1)
+    return slots + (slots >= rows).long()  # skip the diagonal
+
+
+def _simo_one_direction(
+    q: Tensor,
+    k: Tensor,
+    temperature: float,
+    alpha: float,
+    num_negatives: int | None,
+    generator: torch.Generator | None,
+) -> Tensor:
+    n = q.shape[0]
+    sim = q @ k.T
+    pos = sim.diagonal()
+    if num_negatives is None or num_negatives == n - 1:
+        off_diagonal = ~torch.eye(n, dtype=torch.bool, device=q.device)
+        neg = sim[off_diagonal].view(n, n - 1)
+    else:
+        neg = sim.gather(1, _sample_other_indices(n, num_negatives, generator, q.device))
+    return _margin_cross_entropy(pos, neg, temperature, alpha)
+
+
+def simo_loss(
+    q: Tensor,
+    k: Tensor,
+    temperature: float = 0.2,
+    alpha: float = 256.0,
+    num_negatives: int | None = None,
+    generator: torch.Generator | None = None,
+    symmetric: bool = False,
+    *,
+    normalize: bool = True,
+    reduction: str = "mean",
+) -> Tensor:
+    """SiMo's in-batch EqCo loss: positive ``k[i]``, negatives K = ``num_negatives`` of the other
+    keys (all N-1 when None), sampled per query with ``generator``. ``symmetric=True`` averages the
+    loss with queries and keys swapped (``reduction="none"`` then gives 2N values, q-side first)."""
+    check_pair(q, k, "q, k")
+    check_temperature(temperature)
+    n = q.shape[0]
+    if n < 2:
+        raise ValueError("simo_loss needs a batch of at least 2 (the negatives are the other images' keys)")
+    if num_negatives is not None and not 1 <= num_negatives <= n - 1:
+        raise ValueError(
+            f"num_negatives must be between 1 and batch size - 1 = {n - 1} (SiMo samples the negatives "
+            f"from the other keys of the batch), got {num_negatives}"
+        )
+    with full_precision(q):
+        q = prepare(q, normalize)
+        k = prepare(k, normalize)
+        per_query = _simo_one_direction(q, k, temperature, alpha, num_negatives, generator)
+        if symmetric:
+            other = _simo_one_direction(k, q, temperature, alpha, num_negatives, generator)
+            per_query = torch.cat([per_query, other])
+    return reduce(per_query, reduction)
+
+
+class EqCoLoss(nn.Module):
+    """Module form of :func:`eqco_loss` (MoCo/MoCo v2 + EqCo: alpha = 65536; SimCLR: 256)."""
+
+    def __init__(self, temperature: float = 0.2, alpha: float = 65536.0, normalize: bool = True) -> None:
+        super().__init__()
+        check_temperature(temperature)
+        eqco_margin(temperature, alpha, 1)
+        self.temperature = temperature
+        self.alpha = alpha
+        self.normalize = normalize
+
+    def forward(self, q: Tensor, k: Tensor, negatives: Tensor) -> Tensor:
+        return eqco_loss(q, k, negatives, self.temperature, self.alpha, normalize=self.normalize)
+
+    def extra_repr(self) -> str:
+        return f"temperature={self.temperature}, alpha={self.alpha}, normalize={self.normalize}"
+
+
+class SiMoLoss(nn.Module):
+    """Module form of :func:`simo_loss` (paper: tau 0.2, alpha 256 or 65536, K = 16..256)."""
+
+    def __init__(
+        self,
+        temperature: float = 0.2,
+        alpha: float = 256.0,
+        num_negatives: int | None = None,
+        symmetric: bool = False,
+        normalize: bool = True,
+    ) -> None:
+        super().__init__()
+        check_temperature(temperature)
+        eqco_margin(temperature, alpha, 1)
+        if num_negatives is not None and num_negatives < 1:
+            raise ValueError(f"num_negatives must be >= 1, got {num_negatives}")
+        self.temperature = temperature
+        self.alpha = alpha
+        self.num_negatives = num_negatives
+        self.symmetric = symmetric
+        self.normalize = normalize
+
+    def forward(self, q: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        return simo_loss(
+            q,
+            k,
+            self.temperature,
+            self.alpha,
+            self.num_negatives,
+            generator,
+            self.symmetric,
+            normalize=self.normalize,
+        )
+
+    def extra_repr(self) -> str:
+        return (
+            f"temperature={self.temperature}, alpha={self.alpha}, num_negatives={self.num_negatives}, "
+            f"symmetric={self.symmetric}, normalize={self.normalize}"
+        )

@@ -1,0 +1,151 @@
+"""EqCo margin loss and SiMo's in-batch form against loop references; alpha == K is InfoNCE."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from loss_reference import eqco_ref
+
+from cl_zoo.losses import EqCoLoss, SiMoLoss, eqco_loss, eqco_margin, info_nce, simo_loss
+from cl_zoo.losses.eqco import _sample_other_indices
+
+
+def raw(*shape: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(True)
+
+
+def unit(x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(x, dim=-1)
+
+
+def check(fast_fn, ref_fn, *inputs: torch.Tensor) -> None:
+    v1 = fast_fn(*inputs)
+    g1 = torch.autograd.grad(v1, inputs)
+    v2 = ref_fn(*inputs)
+    g2 = torch.autograd.grad(v2, inputs)
+    torch.testing.assert_close(v1, v2, rtol=1e-10, atol=1e-10)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
+
+
+def test_margin_is_eq5() -> None:
+    assert eqco_margin(0.2, 256, 16) == pytest.approx(0.2 * math.log(16))
+    assert eqco_margin(0.2, 64, 64) == 0.0
+    with pytest.raises(ValueError, match="alpha"):
+        eqco_margin(0.2, 0, 4)
+
+
+@pytest.mark.parametrize(("n", "k", "alpha"), [(2, 1, 65536.0), (3, 5, 7.0), (5, 9, 256.0)])
+def test_eqco_shared_queue_matches_loops(n: int, k: int, alpha: float) -> None:
+    q, key, queue = raw(n, 4, seed=1), raw(n, 4, seed=2), raw(k, 4, seed=3)
+    check(
+        lambda a, b, c: eqco_loss(a, b, unit(c), 0.2, alpha),
+        lambda a, b, c: eqco_ref(unit(a), unit(b), [list(unit(c))] * n, 0.2, alpha),
+        q,
+        key,
+        queue,
+    )
+
+
+@pytest.mark.parametrize(("n", "k"), [(2, 1), (4, 3)])
+def test_eqco_per_query_negatives_match_loops(n: int, k: int) -> None:
+    q, key, negs = raw(n, 3, seed=4), raw(n, 3, seed=5), raw(n, k, 3, seed=6)
+    check(
+        lambda a, b, c: eqco_loss(a, b, c, 0.1, 32.0, normalize_negatives=True),
+        lambda a, b, c: eqco_ref(unit(a), unit(b), [list(unit(c[i])) for i in range(n)], 0.1, 32.0),
+        q,
+        key,
+        negs,
+    )
+    assert EqCoLoss(0.1, 32.0)(q, key, unit(negs)).item() == pytest.approx(
+        eqco_loss(q, key, negs, 0.1, 32.0, normalize_negatives=True).item(), rel=1e-12
+    )
+
+
+@pytest.mark.parametrize("k", [1, 6, 50])
+def test_alpha_equal_to_k_is_plain_infonce(k: int) -> None:
+    q, key, queue = raw(4, 8, seed=7), raw(4, 8, seed=8), unit(raw(k, 8, seed=9).detach())
+    a = eqco_loss(q, key, queue, 0.2, float(k))
+    b = info_nce(q, key, queue, 0.2)
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-14)
+    (ga,) = torch.autograd.grad(a, q)
+    (gb,) = torch.autograd.grad(b, q)
+    torch.testing.assert_close(ga, gb, rtol=0, atol=1e-14)
+    # alpha != K really changes the loss (the margin is applied).
+    assert eqco_loss(q, key, queue, 0.2, 4.0 * k) > b
+
+
+@pytest.mark.parametrize("n", [2, 3, 6])
+def test_simo_all_other_keys_matches_loops(n: int) -> None:
+    q, key = raw(n, 5, seed=10), raw(n, 5, seed=11)
+    check(
+        lambda a, b: simo_loss(a, b, 0.2, 256.0),
+        lambda a, b: eqco_ref(unit(a), unit(b), [[unit(b)[j] for j in range(n) if j != i] for i in range(n)], 0.2, 256.0),
+        q,
+        key,
+    )
+
+
+def test_simo_symmetric_averages_both_directions() -> None:
+    q, key = raw(5, 4, seed=12), raw(5, 4, seed=13)
+    both = simo_loss(q, key, 0.2, 16.0, symmetric=True)
+    expected = (simo_loss(q, key, 0.2, 16.0) + simo_loss(key, q, 0.2, 16.0)) / 2
+    torch.testing.assert_close(both, expected)
+
+
+def test_sampled_negatives_are_distinct_other_keys_and_reproducible() -> None:
+    n, num = 7, 4
+    idx = _sample_other_indices(n, num, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert idx.shape == (n, num)
+    for i in range(n):
+        row = idx[i].tolist()
+        assert len(set(row)) == num and i not in row and all(0 <= j < n for j in row)
+    again = _sample_other_indices(n, num, torch.Generator().manual_seed(0), torch.device("cpu"))
+    assert torch.equal(idx, again)
+    # Every other key gets drawn over many draws (uniform over j != i, not a fixed window).
+    seen = set()
+    g = torch.Generator().manual_seed(2)
+    for _ in range(60):
+        many = _sample_other_indices(n, 1, g, torch.device("cpu"))
+        seen.add(int(many[0, 0]))
+    assert seen == set(range(1, n))
+
+
+def test_simo_sampled_matches_loops_on_the_same_sample() -> None:
+    n, num = 6, 2
+    q, key = raw(n, 4, seed=14), raw(n, 4, seed=15)
+    idx = _sample_other_indices(n, num, torch.Generator().manual_seed(3), torch.device("cpu"))
+    check(
+        lambda a, b: simo_loss(a, b, 0.2, 256.0, num, torch.Generator().manual_seed(3)),
+        lambda a, b: eqco_ref(unit(a), unit(b), [[unit(b)[int(j)] for j in idx[i]] for i in range(n)], 0.2, 256.0),
+        q,
+        key,
+    )
+    module = SiMoLoss(0.2, 256.0, num_negatives=num)
+    assert module(q, key, torch.Generator().manual_seed(3)).item() == pytest.approx(
+        simo_loss(q, key, 0.2, 256.0, num, torch.Generator().manual_seed(3)).item(), rel=1e-12
+    )
+
+
+def test_simo_rejects_too_many_negatives() -> None:
+    q = torch.randn(4, 3)
+    with pytest.raises(ValueError, match="between 1 and batch size - 1 = 3"):
+        simo_loss(q, q, num_negatives=4)
+    with pytest.raises(ValueError, match="at least 2"):
+        simo_loss(q[:1], q[:1])
+    with pytest.raises(ValueError, match="negatives must be"):
+        eqco_loss(q, q, torch.randn(3, 4, 3))
+
+
+def test_autocast_bfloat16() -> None:
+    g = torch.Generator().manual_seed(4)
+    q, key = torch.randn(8, 16, generator=g), torch.randn(8, 16, generator=g)
+    ref = simo_loss(q, key, 0.2, 256.0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = simo_loss(q.bfloat16(), key.bfloat16(), 0.2, 256.0)
+    assert out.dtype == torch.float32
+    assert out.item() == pytest.approx(ref.item(), rel=2e-2)
