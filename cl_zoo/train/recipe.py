@@ -1,0 +1,293 @@
+"""Training recipes: one YAML file per method and setting, overridable from the command line.
+
+A recipe is the complete, typed description of a pretraining run. It is validated before anything
+expensive happens (an unknown key or a wrong type is a one-line :class:`ClZooError`), and its full
+dictionary form is what the exported checkpoint's config carries, so a published model says exactly
+how it was made.
+
+YAML shape (every key optional; defaults below)::
+
+    method: dcl                 # a name known to cl_zoo.methods.build_method
+    arch: resnet18_cifar        # a registered architecture
+    model_args: {}              # extra kwargs for create_model (e.g. width: 0.5)
+    method_args: {}             # method hyperparameters (temperature, queue size, ...)
+    data: {image_size: 32, augment: simclr_cifar, dataset: cifar10}
+    optim: {name: sgd, lr: 0.03, lr_scaling: linear, base_batch: 256, momentum: 0.9,
+            weight_decay: 5.0e-4, nesterov: false}
+    schedule: {name: cosine, warmup_epochs: 0, milestones: [], gamma: 0.1}
+    epochs: 200
+    batch_size: 256
+    precision: bf16             # bf16 | fp16 | fp32
+    sync_bn: false
+    compile: false
+    knn_every: 10               # 0 disables the online kNN monitor
+    seed: 0
+    workers: 8                  # DataLoader workers on the streaming path / decode threads
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+import yaml
+
+from cl_zoo.errors import ClZooError
+
+# Where bare recipe names (``--recipe dcl_cifar10``) are looked up: the repository's recipes/.
+RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+
+
+@dataclass
+class DataConfig:
+    """How images are sized and augmented; ``augment`` names an AugmentConfig preset."""
+
+    image_size: int = 32
+    augment: str = "simclr_cifar"
+    dataset: str | None = None  # provenance only: recorded as pretrained_cfg.dataset
+
+
+@dataclass
+class OptimConfig:
+    """Optimizer; with ``lr_scaling: linear`` the effective lr is ``lr * batch_size / base_batch``."""
+
+    name: Literal["sgd", "lars", "adam", "adamw"] = "sgd"
+    lr: float = 0.03
+    lr_scaling: Literal["linear", "none"] = "linear"
+    base_batch: int = 256
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    nesterov: bool = False
+
+
+@dataclass
+class ScheduleConfig:
+    """Learning-rate schedule, stepped per iteration (warmup is linear from ~0)."""
+
+    name: Literal["cosine", "step"] = "cosine"
+    warmup_epochs: float = 0.0
+    milestones: list[int] = field(default_factory=list)  # epochs, for ``step``
+    gamma: float = 0.1
+
+
+@dataclass
+class Recipe:
+    """A complete pretraining configuration."""
+
+    method: str = "dcl"
+    arch: str = "resnet18_cifar"
+    model_args: dict[str, Any] = field(default_factory=dict)
+    method_args: dict[str, Any] = field(default_factory=dict)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
+    epochs: int = 200
+    batch_size: int = 256
+    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    sync_bn: bool = False
+    compile: bool = False
+    knn_every: int = 10
+    seed: int = 0
+    workers: int = 8
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None, *, source: str = "recipe") -> "Recipe":
+        """Build and validate a recipe from a plain mapping (e.g. parsed YAML)."""
+        recipe = _build(cls, data or {}, source)
+        recipe.validate(source)
+        return recipe
+
+    @classmethod
+    def load(cls, path_or_name: str | Path) -> "Recipe":
+        """Read a YAML recipe: a path, or a bare name looked up in the repository's recipes/."""
+        path = resolve_recipe_path(path_or_name)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as exc:
+            line = getattr(getattr(exc, "problem_mark", None), "line", None)
+            where = f" (line {line + 1})" if line is not None else ""
+            raise ClZooError(f"recipe {path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        except OSError as exc:
+            raise ClZooError(f"recipe {path}: cannot read: {exc.strerror or exc}") from None
+        if data is not None and not isinstance(data, dict):
+            raise ClZooError(f"recipe {path}: expected a mapping at the top level, got {type(data).__name__}")
+        return cls.from_dict(data, source=f"recipe {path}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The full recipe as plain YAML/JSON-able data (what exported checkpoints record)."""
+        return copy.deepcopy(dataclasses.asdict(self))
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    def with_overrides(self, overrides: Mapping[str, Any], *, source: str = "command line") -> "Recipe":
+        """A copy with dotted-key overrides applied (``{"optim.lr": 0.1, "epochs": 5}``).
+
+        ``None`` values are skipped so CLI options that were not given leave the recipe alone.
+        """
+        data = self.to_dict()
+        for dotted, value in overrides.items():
+            if value is None:
+                continue
+            parts = dotted.split(".")
+            node = data
+            for part in parts[:-1]:
+                if part not in node or not isinstance(node[part], dict):
+                    raise ClZooError(f"{source}: unknown recipe key {dotted!r}")
+                node = node[part]
+            if parts[-1] not in node and parts[0] not in ("model_args", "method_args"):
+                raise ClZooError(f"{source}: unknown recipe key {dotted!r}")
+            node[parts[-1]] = value
+        return Recipe.from_dict(data, source=source)
+
+    # ------------------------------------------------------------------ checks
+    def validate(self, source: str = "recipe") -> None:
+        """Range checks that types alone cannot express."""
+        positive = {
+            "epochs": self.epochs,
+            "batch_size": self.batch_size,
+            "data.image_size": self.data.image_size,
+            "optim.base_batch": self.optim.base_batch,
+        }
+        for key, value in positive.items():
+            if value <= 0:
+                raise ClZooError(f"{source}: {key} must be positive, got {value}")
+        non_negative = {
+            "knn_every": self.knn_every,
+            "workers": self.workers,
+            "optim.weight_decay": self.optim.weight_decay,
+            "optim.momentum": self.optim.momentum,
+            "schedule.warmup_epochs": self.schedule.warmup_epochs,
+        }
+        for key, value in non_negative.items():
+            if value < 0:
+                raise ClZooError(f"{source}: {key} must be >= 0, got {value}")
+        if not self.optim.lr > 0:
+            raise ClZooError(f"{source}: optim.lr must be positive, got {self.optim.lr}")
+        if not 0 < self.schedule.gamma <= 1:
+            raise ClZooError(f"{source}: schedule.gamma must be in (0, 1], got {self.schedule.gamma}")
+        if sorted(self.schedule.milestones) != list(self.schedule.milestones):
+            raise ClZooError(f"{source}: schedule.milestones must be increasing, got {self.schedule.milestones}")
+        if self.schedule.warmup_epochs > self.epochs:
+            raise ClZooError(
+                f"{source}: schedule.warmup_epochs ({self.schedule.warmup_epochs}) exceeds epochs ({self.epochs})"
+            )
+        if self.optim.nesterov and self.optim.name != "sgd":
+            raise ClZooError(f"{source}: optim.nesterov only applies to sgd, not {self.optim.name}")
+
+    @property
+    def effective_lr(self) -> float:
+        """Peak learning rate after batch-size scaling."""
+        if self.optim.lr_scaling == "linear":
+            return self.optim.lr * self.batch_size / self.optim.base_batch
+        return self.optim.lr
+
+
+def resolve_recipe_path(path_or_name: str | Path) -> Path:
+    """A recipe file from a path, or from a bare name in the repository's recipes/ folder."""
+    path = Path(path_or_name).expanduser()
+    if path.is_file():
+        return path
+    if not path.suffix and path.parent == Path("."):
+        candidate = RECIPES_DIR / f"{path.name}.yaml"
+        if candidate.is_file():
+            return candidate
+    known = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")) if RECIPES_DIR.is_dir() else []
+    hint = f" (bundled recipes: {', '.join(known)})" if known else ""
+    raise ClZooError(f"recipe not found: {path_or_name}{hint}")
+
+
+# ---------------------------------------------------------------------- typed construction
+_YAML11_FLOAT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is not None:
+        return getattr(origin, "__name__", str(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
+    """Check ``value`` against ``tp``; ints are accepted where floats are expected, bools never as numbers."""
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, Mapping):
+            raise ClZooError(f"{source}: {key} must be a mapping, got {type(value).__name__}")
+        return _build(tp, value, source, prefix=f"{key}.")
+    if origin is Literal:
+        choices = typing.get_args(tp)
+        if value not in choices or isinstance(value, bool):
+            raise ClZooError(f"{source}: {key} must be one of {', '.join(map(str, choices))}, got {value!r}")
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key, source)
+            except ClZooError:
+                continue
+        raise ClZooError(f"{source}: {key} must be {_type_name(tp)}, got {type(value).__name__} {value!r}")
+    if origin is list:
+        (item_tp,) = typing.get_args(tp)
+        if not isinstance(value, (list, tuple)):
+            raise ClZooError(f"{source}: {key} must be a list, got {type(value).__name__} {value!r}")
+        return [_coerce(v, item_tp, f"{key}[{i}]", source) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise ClZooError(f"{source}: {key} must be a mapping, got {type(value).__name__} {value!r}")
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            raise ClZooError(f"{source}: {key} keys must be strings, got {bad[0]!r}")
+        return copy.deepcopy(dict(value))
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ClZooError(f"{source}: {key} must be true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ClZooError(f"{source}: {key} must be an integer, got {type(value).__name__} {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str) and _YAML11_FLOAT.fullmatch(value.strip()):
+            # PyYAML follows YAML 1.1, which reads ``5e-4`` (no dot) as a string.
+            return float(value)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ClZooError(f"{source}: {key} must be a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ClZooError(f"{source}: {key} must be a string, got {type(value).__name__} {value!r}")
+        return value
+    raise TypeError(f"unsupported recipe field type {tp!r} for {key}")  # a bug in this module
+
+
+def _build(cls: type, data: Mapping[str, Any], source: str, prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = [k for k in data if k not in names]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(str(unknown[0]), names, n=1)
+        hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
+        raise ClZooError(f"{source}: unknown key {prefix}{unknown[0]}{hint}")
+    kwargs = {name: _coerce(data[name], hints[name], prefix + name, source) for name in names if name in data}
+    return cls(**kwargs)
