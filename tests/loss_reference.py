@@ -84,3 +84,23 @@ def eqco_ref(q: Tensor, k: Tensor, negatives: list[list[Tensor]], tau: float, al
         s = sum(torch.exp(dot(q[i], neg) / tau) for neg in negatives[i])
         losses.append(-torch.log(s0 / (s0 + alpha / kk * s)))
     return sum(losses) / len(losses)
+
+
+def jcl_ref(q: Tensor, keys: Tensor, queue: Tensor, tau: float, lam: float) -> Tensor:
+    """Eq. 8 with an explicit d x d covariance (Algorithm 1); mu and Sigma are constants."""
+    n, m, d = keys.shape
+    losses = []
+    for i in range(n):
+        with torch.no_grad():
+            mu = [sum(float(keys[i, r, c]) for r in range(m)) / m for c in range(d)]
+            sigma = [[0.0] * d for _ in range(d)]
+            for r in range(m):
+                for a in range(d):
+                    for b in range(d):
+                        sigma[a][b] += (float(keys[i, r, a]) - mu[a]) * (float(keys[i, r, b]) - mu[b]) / m
+        q_mu = sum(q[i, c] * mu[c] for c in range(d))
+        quad = sum(q[i, a] * sigma[a][b] * q[i, b] for a in range(d) for b in range(d))
+        terms = [q_mu / tau + lam / (2 * tau**2) * quad]
+        terms += [dot(q[i], queue[j]) / tau for j in range(queue.shape[0])]
+        losses.append(log_sum_exp(terms) - q_mu / tau)
+    return sum(losses) / n

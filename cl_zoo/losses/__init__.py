@@ -2,6 +2,7 @@
 
 from cl_zoo.losses.dcl import DCLLoss, DCLWLoss, dcl, dclw, dclw_weights
 from cl_zoo.losses.eqco import EqCoLoss, SiMoLoss, eqco_loss, eqco_margin, simo_loss
+from cl_zoo.losses.jcl import JCLLoss, jcl_loss, lambda_schedule
 from cl_zoo.losses.infonce import InfoNCELoss, NTXentLoss, info_nce, nt_xent
 
 __all__ = [
@@ -9,6 +10,7 @@ __all__ = [
     "DCLWLoss",
     "EqCoLoss",
     "InfoNCELoss",
+    "JCLLoss",
     "NTXentLoss",
     "SiMoLoss",
     "dcl",
@@ -17,6 +19,8 @@ __all__ = [
     "eqco_loss",
     "eqco_margin",
     "info_nce",
+    "jcl_loss",
+    "lambda_schedule",
     "nt_xent",
     "simo_loss",
 ]
