@@ -1,0 +1,113 @@
+"""Dataset archives (.tar, .tar.gz, .tgz, .zip) extracted once into a content-addressed cache.
+
+The cache folder is named after the archive's sha256, so a re-downloaded or moved copy of the same
+archive reuses the extraction, and a changed archive never sees stale files. Extraction goes to a
+temporary folder beside the final one and is renamed into place with a marker inside, so a killed
+run never leaves a half-extracted folder that a later run would trust.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import zipfile
+from pathlib import Path
+
+from cl_zoo.errors import DataError
+
+ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar.gz", ".tgz", ".tar", ".zip")
+COMPLETE_MARKER = ".cl-zoo-complete"
+
+
+def cache_root() -> Path:
+    """``$CL_ZOO_CACHE`` (default ``~/.cache/cl-zoo``): shared by extracted datasets and decoded tensors."""
+    return Path(os.environ.get("CL_ZOO_CACHE", "~/.cache/cl-zoo")).expanduser()
+
+
+def is_archive(path: str | os.PathLike) -> bool:
+    return os.fspath(path).lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def archive_sha256(path: Path) -> str:
+    """sha256 of the archive, memoised by (real path, size, mtime) so large archives hash once."""
+    st = path.stat()
+    memo_dir = cache_root() / "datasets" / ".hashes"
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    memo = memo_dir / key
+    try:
+        return json.loads(memo.read_text())["sha256"]
+    except (OSError, ValueError, KeyError):
+        pass
+    digest = _sha256_file(path)
+    try:
+        memo_dir.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({"sha256": digest, "path": str(path.resolve())}))
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache only costs a re-hash next time
+    return digest
+
+
+def _extract_into(archive: Path, target: Path) -> None:
+    name = archive.name.lower()
+    try:
+        if name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                for member in zf.namelist():
+                    parts = Path(member).parts
+                    if member.startswith(("/", "\\")) or ".." in parts:
+                        raise DataError(f"unsafe path {member!r} inside archive {archive}")
+                zf.extractall(target)
+        else:
+            with tarfile.open(archive) as tf:
+                tf.extractall(target, filter="data")  # refuses absolute paths, '..', devices
+    except DataError:
+        raise
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        raise DataError(f"unreadable archive {archive}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+
+
+def extract_archive(archive: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Extract ``archive`` once and return the folder holding its contents."""
+    path = Path(archive).expanduser()
+    if not path.is_file():
+        raise DataError(f"archive not found: {path}")
+    if not is_archive(path):
+        raise DataError(f"not a supported archive: {path} (expected .tar, .tar.gz, .tgz or .zip)")
+    base = Path(cache_dir) if cache_dir is not None else cache_root() / "datasets"
+    final = base / archive_sha256(path)[:16]
+    if (final / COMPLETE_MARKER).exists():
+        return final
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(f"cannot create dataset cache {base}: {exc.strerror}") from None
+    with open(base / f".{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two processes extracting the same archive wait for one
+        if (final / COMPLETE_MARKER).exists():
+            return final
+        if final.exists():  # left by a crash from an older layout: never trust it
+            shutil.rmtree(final, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=base))
+        try:
+            _extract_into(path, tmp)
+            (tmp / COMPLETE_MARKER).write_text(json.dumps({"archive": str(path.resolve())}) + "\n")
+            os.rename(tmp, final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return final

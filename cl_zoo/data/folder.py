@@ -1,0 +1,163 @@
+"""ImageFolder discovery: one deterministic list of (path, label) for every data source.
+
+Training, k-NN/linear evaluation and the decoded-tensor cache all key on the same list, so the
+order must not depend on the filesystem (``os.scandir`` order differs between machines): classes
+are sorted by name (torchvision's ImageFolder convention, so label ids agree with it) and files by
+their path relative to the class folder. ``file_list_hash`` fingerprints that list so caches built
+from one extraction stay valid for another copy of the same data.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cl_zoo.errors import DataError
+
+IMAGE_EXTENSIONS: frozenset[str] = frozenset(
+    {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif"}
+)
+SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
+
+
+@dataclass
+class ImageFolderData:
+    """A labelled image list; ``labels[i]`` indexes ``classes`` and belongs to ``paths[i]``."""
+
+    paths: list[str]
+    labels: np.ndarray
+    classes: list[str]
+    source: str
+    file_list_hash: str
+    root: str = ""
+    split: str | None = None
+    class_to_idx: dict[str, int] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def is_image_file(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
+
+
+def _hidden(name: str) -> bool:
+    # Archive tools leave ".DS_Store", "._x.jpg" and "__MACOSX/"; our own cache marker starts with ".".
+    return name.startswith(".") or name == "__MACOSX"
+
+
+def _subdirs(path: Path) -> list[str]:
+    return sorted(e.name for e in os.scandir(path) if e.is_dir() and not _hidden(e.name))
+
+
+def _is_split_layout(path: Path) -> bool:
+    dirs = _subdirs(path)
+    return bool(dirs) and all(d in SPLIT_NAMES for d in dirs)
+
+
+def resolve_split_dir(path: Path, split: str | None, label: str | None = None) -> Path:
+    """The class-folder directory inside ``path`` for ``split`` (or ``path`` itself).
+
+    Accepts ``path/<class>/...``, ``path/<split>/<class>/...`` and an archive's single wrapping
+    folder ``path/<top>/<split>/<class>/...``.
+    """
+    label = label or str(path)
+    dirs = _subdirs(path)
+    if len(dirs) == 1 and not _is_split_layout(path) and _is_split_layout(path / dirs[0]):
+        path = path / dirs[0]  # an archive that wraps everything in one top folder
+    if split is not None:
+        if (path / split).is_dir():
+            return path / split
+        found = ", ".join(_subdirs(path)[:6]) or "nothing"
+        raise DataError(f"no '{split}' split folder in {label} (found: {found}); expected <data>/{split}/<class>/<image>")
+    if _is_split_layout(path):
+        raise DataError(
+            f"{label} holds split folders ({', '.join(_subdirs(path))}); choose one with split=... (--split)"
+        )
+    return path
+
+
+def _list_images(class_dir: Path) -> list[str]:
+    found: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not _hidden(d))
+        rel = os.path.relpath(dirpath, class_dir)
+        for name in filenames:
+            if not _hidden(name) and is_image_file(name):
+                found.append(name if rel == "." else os.path.join(rel, name))
+    return sorted(found)
+
+
+def file_list_hash(relative_paths: list[str], labels: np.ndarray) -> str:
+    """sha256 over ``relative_path<TAB>label`` lines: identifies the data independent of location."""
+    digest = hashlib.sha256()
+    for rel, label in zip(relative_paths, labels.tolist()):
+        digest.update(f"{rel.replace(os.sep, '/')}\t{label}\n".encode())
+    return digest.hexdigest()
+
+
+def scan_image_folder(directory: str | os.PathLike, *, source: str | None = None, split: str | None = None) -> ImageFolderData:
+    """List ``directory/<class>/**/<image>``; every class folder must contain at least one image."""
+    root = Path(directory)
+    if not root.exists():
+        raise DataError(f"image folder not found: {root}")
+    if not root.is_dir():
+        raise DataError(f"not a folder: {root} (expected an ImageFolder directory or a .tar/.tar.gz/.tgz/.zip archive)")
+    entries = [e for e in os.listdir(root) if not _hidden(e)]
+    if not entries:
+        raise DataError(f"empty folder: {root}")
+    classes = _subdirs(root)
+    if not classes:
+        raise DataError(f"no class folders in {root}: expected {root}/<class>/<image> (ImageFolder layout)")
+    paths: list[str] = []
+    rel_paths: list[str] = []
+    labels: list[int] = []
+    for idx, cls in enumerate(classes):
+        images = _list_images(root / cls)
+        if not images:
+            raise DataError(f"class folder without images: {root / cls} (extensions: {', '.join(sorted(IMAGE_EXTENSIONS))})")
+        for rel in images:
+            rel_paths.append(os.path.join(cls, rel))
+            paths.append(str(root / cls / rel))
+        labels.extend([idx] * len(images))
+    label_arr = np.asarray(labels, dtype=np.int64)
+    return ImageFolderData(
+        paths=paths,
+        labels=label_arr,
+        classes=classes,
+        source=source if source is not None else str(root),
+        file_list_hash=file_list_hash(rel_paths, label_arr),
+        root=str(root),
+        split=split,
+        class_to_idx={c: i for i, c in enumerate(classes)},
+    )
+
+
+def open_image_folder(spec: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None) -> ImageFolderData:
+    """Open a folder, an archive of one, or a named dataset (``cifar10``, ``imagenette``, ...).
+
+    ``root`` is only used for named datasets (where to look; see :mod:`cl_zoo.data.named`).
+    """
+    from cl_zoo.data.archive import extract_archive, is_archive
+    from cl_zoo.data.named import NAMED_DATASETS, open_named_dataset
+
+    text = os.fspath(spec)
+    path = Path(text).expanduser()
+    if text.lower() in NAMED_DATASETS and not path.exists():
+        return open_named_dataset(text.lower(), root=root, split=split)
+    if not path.exists():
+        hint = f" (or one of the named datasets: {', '.join(sorted(NAMED_DATASETS))})" if os.sep not in text else ""
+        raise DataError(f"data not found: {path}{hint}")
+    if path.is_file():
+        if not is_archive(path):
+            raise DataError(f"not an image folder or archive: {path} (expected a directory or .tar/.tar.gz/.tgz/.zip)")
+        path = extract_archive(path)
+    return scan_image_folder(resolve_split_dir(path, split, label=text), source=text, split=split)
