@@ -104,3 +104,25 @@ def jcl_ref(q: Tensor, keys: Tensor, queue: Tensor, tau: float, lam: float) -> T
         terms += [dot(q[i], queue[j]) / tau for j in range(queue.shape[0])]
         losses.append(log_sum_exp(terms) - q_mu / tau)
     return sum(losses) / n
+
+
+def bank_softmax_ref(anchor: Tensor, candidates: Tensor, tau: float) -> Tensor:
+    losses = []
+    for b in range(anchor.shape[0]):
+        logits = [dot(anchor[b], candidates[b, c]) / tau for c in range(candidates.shape[1])]
+        losses.append(log_sum_exp(logits) - logits[0])
+    return sum(losses) / len(losses)
+
+
+def bank_nce_ref(anchor: Tensor, candidates: Tensor, num_entries: int, tau: float, z: float) -> Tensor:
+    """Supplement Eq. 10-11 literally: P(D=1|v) = p / (p + m Pn) with p = h / Z, Pn = 1 / N_data."""
+    m = candidates.shape[1] - 1
+    pn = 1.0 / num_entries
+    losses = []
+    for b in range(anchor.shape[0]):
+        p = [torch.exp(dot(anchor[b], candidates[b, c]) / tau) / z for c in range(m + 1)]
+        loss = -torch.log(p[0] / (p[0] + m * pn))
+        for c in range(1, m + 1):
+            loss = loss - torch.log(m * pn / (p[c] + m * pn))
+        losses.append(loss)
+    return sum(losses) / len(losses)
