@@ -1,0 +1,94 @@
+"""MoCo v2 (Chen et al., "Improved Baselines with Momentum Contrastive Learning", 2020).
+
+Query encoder = backbone + 2-layer MLP head; key encoder = its momentum copy (m = 0.999, MoCo
+Eq. 2); negatives = a FIFO queue of K = 65536 past keys; InfoNCE with tau = 0.2. The keys of the
+current step are gathered over all ranks and enqueued after the loss.
+
+Shuffle BN replaced by SyncBN: MoCo shuffles the key batch across GPUs so that BatchNorm statistics
+cannot leak which key matches which query. Here, as in SiMo (EqCo Sec. 3), BatchNorm is synchronised
+across ranks instead (``sync_bn = True`` by default; the trainer converts the modules), which removes
+the per-GPU statistic that the shuffle was hiding. On a single device there is nothing to shuffle.
+
+Options: ``symmetric`` (both views as queries, loss averaged, both keys enqueued; the common CIFAR
+variant) and ``eqco_alpha`` (EqCo, Eq. 5: the queue's K negatives imitate ``alpha`` negatives via the
+margin ``tau log(alpha/K)``; ``alpha == queue_size`` is plain InfoNCE).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from cl_zoo.losses.eqco import eqco_loss
+from cl_zoo.losses.infonce import info_nce
+from cl_zoo.methods.heads import ProjectionHead, feature_dim
+from cl_zoo.methods.momentum import MomentumMethod
+from cl_zoo.methods.queue import EmbeddingQueue
+
+
+class MoCoV2(MomentumMethod):
+    """MoCo v2 with queue; ``eqco_alpha`` turns the loss into EqCo's margin InfoNCE."""
+
+    name = "mocov2"
+    default_augment = "mocov2"
+    default_sync_bn = True
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        *,
+        temperature: float = 0.2,
+        queue_size: int = 65536,
+        momentum: float = 0.999,
+        momentum_schedule: str = "constant",
+        head_hidden_dim: int | None = 2048,
+        head_out_dim: int = 128,
+        head_layers: int = 2,
+        head_bn: bool = False,
+        symmetric: bool = False,
+        eqco_alpha: float | None = None,
+        **base_kwargs: object,
+    ) -> None:
+        super().__init__(backbone, num_views=2, **base_kwargs)  # type: ignore[arg-type]
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if eqco_alpha is not None and not eqco_alpha > 0:
+            raise ValueError(f"eqco_alpha must be > 0, got {eqco_alpha}")
+        self.temperature = float(temperature)
+        self.symmetric = bool(symmetric)
+        self.eqco_alpha = None if eqco_alpha is None else float(eqco_alpha)
+        head = ProjectionHead(
+            feature_dim(backbone), head_hidden_dim, head_out_dim, num_layers=head_layers, batch_norm=head_bn
+        )
+        self.build_encoders(head, momentum, momentum_schedule)
+        self.queue = EmbeddingQueue(queue_size, head_out_dim)
+
+    def contrast(self, q: Tensor, k: Tensor, negatives: Tensor) -> Tensor:
+        if self.eqco_alpha is None:
+            return info_nce(q, k, negatives, self.temperature)
+        return eqco_loss(q, k, negatives, self.temperature, self.eqco_alpha)
+
+    def training_step(
+        self, views: list[Tensor], index: Tensor, epoch_progress: float
+    ) -> tuple[Tensor, dict[str, float]]:
+        self.check_views(views)
+        negatives = self.queue.negatives()
+        q1 = self.query(views[0])
+        k2 = self.key(views[1])
+        loss = self.contrast(q1, k2, negatives)
+        keys = k2
+        if self.symmetric:
+            q2 = self.query(views[1])
+            k1 = self.key(views[0])
+            loss = (loss + self.contrast(q2, k1, negatives)) / 2
+            keys = torch.cat([k1, k2], dim=0)
+        with torch.no_grad():
+            pos = (torch.nn.functional.normalize(q1.detach().float(), dim=1) * k2).sum(dim=1).mean()
+        self.queue.enqueue(keys)
+        return loss, self.logs(loss=loss, pos_sim=pos)
+
+    def extra_repr(self) -> str:
+        return (
+            f"temperature={self.temperature}, symmetric={self.symmetric}, eqco_alpha={self.eqco_alpha}, "
+            + super().extra_repr()
+        )
