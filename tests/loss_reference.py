@@ -126,3 +126,29 @@ def bank_nce_ref(anchor: Tensor, candidates: Tensor, num_entries: int, tau: floa
             loss = loss - torch.log(m * pn / (p[c] + m * pn))
         losses.append(loss)
     return sum(losses) / len(losses)
+
+
+def cacr_ref(
+    q: Tensor, pos: Tensor, queue: Tensor | None, t_pos: float, t_neg: float, in_batch: bool, detach_pos: bool
+) -> Tensor:
+    """Sec. 3.2 mini-batch CACR with explicit sums; cost = squared Euclidean distance."""
+
+    def cost(a: Tensor, b: Tensor) -> Tensor:
+        return dot(a - b, a - b)
+
+    m, k = pos.shape[0], pos.shape[1]
+    total = 0.0
+    for i in range(m):
+        c_pos = [cost(q[i], pos[i, r]) for r in range(k)]
+        e_pos = [torch.exp(t_pos * (c.detach() if detach_pos else c)) for c in c_pos]
+        z_pos = sum(e_pos)
+        total = total + sum(e_pos[r] / z_pos * c_pos[r] for r in range(k)) / m
+        c_neg = []
+        if queue is not None:
+            c_neg += [cost(q[i], queue[j]) for j in range(queue.shape[0])]
+        if in_batch:
+            c_neg += [cost(q[i], q[j]) for j in range(m) if j != i]
+        e_neg = [torch.exp(-t_neg * c) for c in c_neg]
+        z_neg = sum(e_neg)
+        total = total - sum(e_neg[r] / z_neg * c_neg[r] for r in range(len(c_neg))) / m
+    return total

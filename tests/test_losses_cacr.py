@@ -1,0 +1,117 @@
+"""CACR (attraction + repulsion with conditional weights) against explicit sums."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from loss_reference import cacr_ref
+
+from cl_zoo.losses import CACRLoss, cacr_loss, cacr_multiview_loss
+
+
+def raw(*shape: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(True)
+
+
+def unit(x: torch.Tensor) -> torch.Tensor:
+    return F.normalize(x, dim=-1)
+
+
+def check(fast_fn, ref_fn, *inputs: torch.Tensor) -> None:
+    v1 = fast_fn(*inputs)
+    g1 = torch.autograd.grad(v1, inputs)
+    v2 = ref_fn(*inputs)
+    g2 = torch.autograd.grad(v2, inputs)
+    torch.testing.assert_close(v1, v2, rtol=1e-10, atol=1e-10)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize(("m", "k", "detach"), [(2, 1, False), (3, 4, False), (4, 2, True)])
+def test_in_batch_matches_loops(m: int, k: int, detach: bool) -> None:
+    q, pos = raw(m, 3, seed=1), raw(m, k, 3, seed=2)
+    check(
+        lambda a, b: cacr_loss(a, b, None, 1.0, 0.9, detach_pos_weights=detach),
+        lambda a, b: cacr_ref(unit(a), unit(b), None, 1.0, 0.9, True, detach),
+        q,
+        pos,
+    )
+
+
+@pytest.mark.parametrize("in_batch", [True, False])
+def test_moco_form_matches_loops(in_batch: bool) -> None:
+    q, keys, queue = raw(3, 4, seed=3), raw(3, 2, 4, seed=4), unit(raw(5, 4, seed=5))
+    check(
+        lambda a, b, c: cacr_loss(a, b, c, 1.0, 2.0, in_batch_negatives=in_batch),
+        lambda a, b, c: cacr_ref(unit(a), unit(b), c, 1.0, 2.0, in_batch, True),
+        q,
+        keys,
+        queue,
+    )
+
+
+def test_weight_gradient_default_follows_the_paper() -> None:
+    q, pos = raw(3, 4, seed=6), raw(3, 3, 4, seed=7)
+    (g_default,) = torch.autograd.grad(cacr_loss(q, pos), q)
+    (g_through,) = torch.autograd.grad(cacr_loss(q, pos, detach_pos_weights=False), q)
+    (g_detached,) = torch.autograd.grad(cacr_loss(q, pos, detach_pos_weights=True), q)
+    torch.testing.assert_close(g_default, g_through)  # in-batch: grad through the weights (Sec. 3.2)
+    assert not torch.allclose(g_through, g_detached)
+    queue = unit(raw(4, 4, seed=8)).detach()
+    (g_moco,) = torch.autograd.grad(cacr_loss(q, pos, queue), q)
+    (g_moco_detached,) = torch.autograd.grad(cacr_loss(q, pos, queue, detach_pos_weights=True), q)
+    torch.testing.assert_close(g_moco, g_moco_detached)  # MoCo form: no_grad weights (Algorithm 3)
+
+
+def test_single_positive_attraction_is_the_squared_distance() -> None:
+    q, pos = raw(5, 6, seed=9), raw(5, 1, 6, seed=10)
+    _, parts = cacr_loss(q, pos, None, 1.0, 2.0, return_parts=True)
+    expected = (unit(q) - unit(pos)[:, 0]).pow(2).sum(1).mean()
+    torch.testing.assert_close(parts["attraction"], expected.detach())
+    torch.testing.assert_close(parts["attraction"], (2 - 2 * (unit(q) * unit(pos)[:, 0]).sum(1)).mean().detach())
+
+
+def test_far_positives_and_near_negatives_weigh_more() -> None:
+    """softmax(+t c) weighting puts the attraction above the plain mean positive cost, and
+    softmax(-t c) puts the repulsion magnitude below the plain mean negative cost."""
+    q, pos = raw(4, 5, seed=15), raw(4, 3, 5, seed=16)
+    _, parts = cacr_loss(q, pos, None, 1.0, 2.0, return_parts=True)
+    cost_pos = (unit(q).unsqueeze(1) - unit(pos)).pow(2).sum(2)
+    assert parts["attraction"] > cost_pos.mean(1).mean()
+    cost_neg = torch.cdist(unit(q), unit(q)).pow(2)
+    plain_neg = (cost_neg.sum(1) / 3).mean()
+    assert -parts["repulsion"] < plain_neg
+
+
+def test_multiview_each_view_is_query_in_turn() -> None:
+    views = [raw(3, 4, seed=s) for s in (11, 12, 13)]
+    loss = cacr_multiview_loss(views, t_neg=0.9)
+    stacked = torch.stack(views, 1)
+    expected = sum(cacr_loss(views[k], stacked[:, [j for j in range(3) if j != k]], None, 1.0, 0.9) for k in range(3)) / 3
+    torch.testing.assert_close(loss, expected)
+    assert CACRLoss(1.0, 0.9)(views).item() == pytest.approx(loss.item(), rel=1e-12)
+    # MoCo form: momentum keys as positives, queue + other queries as negatives, weights detached.
+    keys = [v.detach() + 0.01 for v in views]
+    queue = unit(raw(6, 4, seed=14)).detach()
+    moco = cacr_multiview_loss(views, keys, queue)
+    kst = torch.stack(keys, 1)
+    expected = sum(cacr_loss(views[k], kst[:, [j for j in range(3) if j != k]], queue) for k in range(3)) / 3
+    torch.testing.assert_close(moco, expected)
+
+
+def test_bad_inputs_and_autocast() -> None:
+    with pytest.raises(ValueError, match="positives"):
+        cacr_loss(torch.randn(3, 4), torch.randn(3, 4))
+    with pytest.raises(ValueError, match="at least 2 queries"):
+        cacr_loss(torch.randn(1, 4), torch.randn(1, 1, 4))
+    with pytest.raises(ValueError, match="at least 2 views"):
+        cacr_multiview_loss([torch.randn(3, 4)])
+    g = torch.Generator().manual_seed(0)
+    views = [torch.randn(8, 16, generator=g) for _ in range(3)]
+    ref = cacr_multiview_loss(views)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = cacr_multiview_loss([v.bfloat16() for v in views])
+    assert out.dtype == torch.float32
+    assert out.item() == pytest.approx(ref.item(), rel=2e-2, abs=1e-2)
