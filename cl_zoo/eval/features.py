@@ -1,0 +1,285 @@
+"""Frozen features for evaluation, cached on disk.
+
+kNN and the fast linear probe both start from one pass of the backbone over a split. That pass is
+the expensive part (minutes to hours), while the classifiers on top take seconds, so features are
+stored under ``$CL_ZOO_CACHE/features`` and reused. The cache key covers everything that changes
+the numbers: the weights themselves (a sha256 over the state dict, so a retrained checkpoint with the
+same name never hits a stale entry), the data (the file-list hash of :mod:`cl_zoo.data.folder`) and
+the preprocessing (mean, std, resize, crop, interpolation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+from PIL import Image
+
+from cl_zoo.errors import DataError
+from cl_zoo.registry import PretrainedCfg
+
+FEATURE_CACHE_VERSION = 1
+
+
+def feature_cache_dir() -> Path:
+    """``$CL_ZOO_CACHE/features`` (default ``~/.cache/cl-zoo/features``)."""
+    from cl_zoo.data.archive import cache_root
+
+    return cache_root() / "features"
+
+
+def model_cfg(model: nn.Module) -> PretrainedCfg:
+    return getattr(model, "pretrained_cfg", None) or PretrainedCfg()
+
+
+def _interpolation(name: str):  # noqa: ANN202 - torchvision enum
+    from torchvision.transforms import InterpolationMode
+
+    try:
+        return InterpolationMode(name.lower())
+    except ValueError as exc:
+        raise DataError(f"unknown interpolation {name!r} in the model's pretrained_cfg") from exc
+
+
+def eval_transform(cfg: PretrainedCfg) -> Callable[[Image.Image], torch.Tensor]:
+    """Resize the short side to input/crop_pct, centre-crop, normalise: the model's own preprocessing."""
+    from torchvision import transforms as T
+
+    size = tuple(cfg.input_size[-2:])
+    return T.Compose(
+        [
+            T.Resize(cfg.resize_size, interpolation=_interpolation(cfg.interpolation)),
+            T.CenterCrop(size),
+            T.ToTensor(),
+            T.Normalize(cfg.mean, cfg.std),
+        ]
+    )
+
+
+def train_transform(cfg: PretrainedCfg, scale: tuple[float, float] = (0.08, 1.0)) -> Callable[[Image.Image], torch.Tensor]:
+    """RandomResizedCrop + horizontal flip at the model's input size (the linear-protocol augmentation)."""
+    from torchvision import transforms as T
+
+    return T.Compose(
+        [
+            T.RandomResizedCrop(tuple(cfg.input_size[-2:]), scale=scale, interpolation=_interpolation(cfg.interpolation)),
+            T.RandomHorizontalFlip(),
+            T.ToTensor(),
+            T.Normalize(cfg.mean, cfg.std),
+        ]
+    )
+
+
+def preprocessing_spec(cfg: PretrainedCfg) -> dict[str, Any]:
+    return {
+        "input_size": list(cfg.input_size),
+        "resize_size": cfg.resize_size,
+        "crop_pct": cfg.crop_pct,
+        "interpolation": cfg.interpolation,
+        "mean": list(cfg.mean),
+        "std": list(cfg.std),
+    }
+
+
+class ImageListDataset(torch.utils.data.Dataset):
+    """``(transform(image), label)`` for a list of image files; images are always decoded as RGB."""
+
+    def __init__(self, paths: Sequence[str], labels: Sequence[int] | np.ndarray, transform: Callable) -> None:
+        self.paths = list(paths)
+        self.labels = np.asarray(labels, dtype=np.int64)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        try:
+            with Image.open(self.paths[i]) as img:
+                image = img.convert("RGB")
+        except (OSError, ValueError) as exc:
+            raise DataError(f"cannot read image {self.paths[i]}: {exc}") from exc
+        return self.transform(image), int(self.labels[i])
+
+
+def weights_sha256(model: nn.Module) -> str:
+    """sha256 over the state dict (names, dtypes, shapes, bytes): the identity of the weights."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
+def model_identity(model: nn.Module) -> dict[str, Any]:
+    """Name, source, revision and weights digest of a model, for reports and cache keys."""
+    cfg = model_cfg(model)
+    config = getattr(model, "checkpoint_config", None) or {}
+    return {
+        "name": getattr(model, "model_name", None) or getattr(model, "arch_name", type(model).__name__),
+        "architecture": getattr(model, "arch_name", type(model).__name__),
+        "source": getattr(model, "checkpoint_source", None) or cfg.hf_hub_id or "registry",
+        "revision": cfg.revision,
+        "weights_sha256": weights_sha256(model),
+        "checkpoint_files_sha256": dict(config.get("files") or cfg.sha256 or {}),
+        "num_features": int(getattr(model, "num_features", 0)),
+    }
+
+
+def model_input_channels(model: nn.Module) -> int:
+    """Channels the model expects: its config's input size, or its first convolution."""
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d) and not any(isinstance(m, nn.Conv2d) for m in module.children()):
+            if getattr(model, "to_lab", None) is None:  # CMC converts RGB itself; its convs see L / ab
+                return int(module.in_channels)
+            break
+    return int(model_cfg(model).input_size[0])
+
+
+def check_input_channels(model: nn.Module, data_channels: int = 3) -> None:
+    expected = model_input_channels(model)
+    if expected != data_channels:
+        raise DataError(
+            f"model {getattr(model, 'model_name', type(model).__name__)} expects {expected} input channels "
+            f"but the data has {data_channels} (RGB images)"
+        )
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@torch.no_grad()
+def compute_features(
+    model: nn.Module,
+    paths: Sequence[str],
+    *,
+    batch_size: int = 256,
+    device: torch.device | str | None = None,
+    workers: int = 0,
+    transform: Callable | None = None,
+    progress: bool = False,
+) -> np.ndarray:
+    """Pooled features ``[N, D]`` float32 of images under the model's eval preprocessing."""
+    device = torch.device(device) if device is not None else default_device()
+    check_input_channels(model)
+    tf = transform or eval_transform(model_cfg(model))
+    loader = torch.utils.data.DataLoader(
+        ImageListDataset(paths, np.zeros(len(paths), np.int64), tf),
+        batch_size=batch_size,
+        shuffle=False,
+        num_workers=workers,
+        pin_memory=device.type == "cuda",
+    )
+    model = model.to(device).eval()
+    forward = getattr(model, "forward_features", model)
+    chunks: list[np.ndarray] = []
+    iterator = loader
+    if progress:
+        from tqdm import tqdm
+
+        iterator = tqdm(loader, desc="features", unit="batch", leave=False)
+    for images, _ in iterator:
+        out = forward(images.to(device, non_blocking=True))
+        chunks.append(out.float().flatten(1).cpu().numpy())
+    if not chunks:
+        raise DataError("no images to extract features from (empty split)")
+    return np.concatenate(chunks)
+
+
+@dataclass
+class FeatureSet:
+    """Features of one split with where they came from."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    classes: list[str]
+    key: str
+    cached: bool  # True when read from the cache rather than computed
+    seconds: float
+    path: Path | None
+
+
+def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict[str, Any]) -> str:
+    payload = {
+        "version": FEATURE_CACHE_VERSION,
+        "model": identity.get("name"),
+        "revision": identity.get("revision"),
+        "weights_sha256": identity["weights_sha256"],
+        "data": file_list_hash,
+        "preprocessing": preprocessing,
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".npy.tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            np.save(fh, array)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def split_features(
+    model: nn.Module,
+    data: Any,
+    *,
+    identity: dict[str, Any] | None = None,
+    cache: bool = True,
+    cache_dir: str | os.PathLike | None = None,
+    batch_size: int = 256,
+    device: torch.device | str | None = None,
+    workers: int = 0,
+    progress: bool = False,
+) -> FeatureSet:
+    """Features of a split (an :class:`~cl_zoo.data.folder.ImageFolderData`), from the cache if there.
+
+    The cache file is memory-mapped on a hit, so a 1M x 2048 memory costs no RAM until searched.
+    """
+    if len(data.paths) == 0:
+        raise DataError(f"empty split: {getattr(data, 'source', '?')}")
+    check_input_channels(model)
+    identity = identity or model_identity(model)
+    key = cache_key(identity, data.file_list_hash, preprocessing_spec(model_cfg(model)))
+    path = Path(cache_dir or feature_cache_dir()) / f"{key}.npy"
+    start = time.perf_counter()
+    if cache and path.is_file():
+        try:
+            feats = np.load(path, mmap_mode="r")
+            if feats.ndim == 2 and feats.shape[0] == len(data.paths):
+                return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, True, time.perf_counter() - start, path)
+        except (OSError, ValueError):
+            pass  # an unreadable entry is recomputed and overwritten
+    feats = compute_features(model, data.paths, batch_size=batch_size, device=device, workers=workers, progress=progress)
+    seconds = time.perf_counter() - start
+    if cache:
+        _atomic_save_npy(path, feats)
+    return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, False, seconds, path if cache else None)
+
+
+def check_same_classes(train_classes: Sequence[str], test_classes: Sequence[str]) -> None:
+    """Label ids are positions in the sorted class list, so the lists must be identical."""
+    if list(train_classes) != list(test_classes):
+        only_train = sorted(set(train_classes) - set(test_classes))
+        only_test = sorted(set(test_classes) - set(train_classes))
+        detail = []
+        if only_train:
+            detail.append(f"only in train: {', '.join(only_train[:5])}")
+        if only_test:
+            detail.append(f"only in test: {', '.join(only_test[:5])}")
+        raise DataError(f"train and test have different class sets ({'; '.join(detail) or 'different order'})")
+    if len(train_classes) < 2:
+        raise DataError(f"a single class ({train_classes[0] if train_classes else 'none'}); classification needs at least 2")

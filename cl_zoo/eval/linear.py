@@ -1,0 +1,331 @@
+"""Linear probes on a frozen backbone, under three named protocols.
+
+* ``fast``: features extracted once without augmentation, standardised, and a multinomial logistic
+  regression fitted full-batch with L-BFGS. The weight decay is picked on a seeded 10% of train and
+  the model refitted on all of train. Deterministic, minutes on CPU; what sweeps and the pretraining
+  monitor use. Its numbers are *not* comparable with the papers' protocols and reports say which
+  protocol produced them.
+* ``paper``: the ImageNet protocol of MoCo/JCL/EqCo/CACR (SGD momentum 0.9, lr 30, wd 0, batch 256,
+  100 epochs, lr x0.1 at 60 and 80, RandomResizedCrop + flip).
+* ``small-scale``: CACR's CIFAR/STL protocol after Wang & Isola (Adam lr 1e-3, betas 0.5/0.999,
+  batch 128, 100 epochs, lr x0.2 at 60 and 80).
+
+The two augmented protocols run the frozen backbone in eval mode (BatchNorm running statistics, as
+MoCo's ``main_lincls`` does) on every augmented batch, and train only the linear layer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from cl_zoo.errors import DataError
+from cl_zoo.eval.knn import rank_classes, validate_split_labels
+
+DEFAULT_WD_GRID: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+
+
+# ---------------------------------------------------------------------------------------------
+# fast: L-BFGS on cached features
+# ---------------------------------------------------------------------------------------------
+
+
+def _accuracies(logits: torch.Tensor, labels: torch.Tensor, num_classes: int) -> tuple[dict[str, float], np.ndarray]:
+    top = 5 if num_classes > 5 else 1
+    ranked = rank_classes(logits.detach().double().cpu().numpy(), top)
+    hits = ranked == labels.cpu().numpy()[:, None]
+    metrics = {"top1": float(hits[:, 0].mean())}
+    if top == 5:
+        metrics["top5"] = float(hits.any(axis=1).mean())
+    return metrics, ranked
+
+
+def fit_logistic_lbfgs(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    num_classes: int,
+    weight_decay: float,
+    *,
+    max_iter: int = 300,
+    history: list[float] | None = None,
+) -> nn.Linear:
+    """Multinomial logistic regression: mean cross-entropy + wd/2 * ||W||^2 (bias not decayed).
+
+    Full-batch L-BFGS with a strong-Wolfe line search converges in a few hundred iterations and,
+    unlike SGD, has no learning rate or schedule to tune, so only the weight decay is searched.
+    """
+    torch.manual_seed(0)  # zero init below; the seed only pins any library-internal randomness
+    layer = nn.Linear(x.shape[1], num_classes).to(x.device)
+    nn.init.zeros_(layer.weight)
+    nn.init.zeros_(layer.bias)
+    opt = torch.optim.LBFGS(
+        layer.parameters(), lr=1.0, max_iter=max_iter, history_size=20, line_search_fn="strong_wolfe",
+        tolerance_grad=1e-7, tolerance_change=1e-10,
+    )
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = F.cross_entropy(layer(x), y) + 0.5 * weight_decay * layer.weight.pow(2).sum()
+        loss.backward()
+        if history is not None:
+            history.append(float(loss.detach()))
+        return loss
+
+    opt.step(closure)
+    return layer
+
+
+def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
+    mean = train.mean(0, keepdim=True)
+    std = train.std(0, keepdim=True).clamp_min(1e-6)  # constant features (padding, dead units) stay 0
+    return [(t - mean) / std for t in (train, *others)]
+
+
+def linear_fast(
+    train_feats: np.ndarray,
+    train_labels: np.ndarray,
+    test_feats: np.ndarray,
+    test_labels: np.ndarray,
+    num_classes: int | None = None,
+    *,
+    wd_grid: Sequence[float] = DEFAULT_WD_GRID,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+    max_iter: int = 300,
+    device: torch.device | str | None = None,
+) -> dict[str, Any]:
+    """The ``fast`` protocol; returns metrics (fractions), the chosen wd, the grid's validation scores,
+    top-5 predictions on test and the final fit's loss curve."""
+    train_labels = np.asarray(train_labels, dtype=np.int64)
+    test_labels = np.asarray(test_labels, dtype=np.int64)
+    if num_classes is None:
+        num_classes = int(max(train_labels.max(initial=-1), test_labels.max(initial=-1))) + 1
+    validate_split_labels(train_labels, test_labels, num_classes)
+    if not wd_grid:
+        raise DataError("the weight-decay grid is empty")
+    if not 0 < val_fraction < 1:
+        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    timings: dict[str, float] = {}
+
+    x_all = torch.as_tensor(np.asarray(train_feats, dtype=np.float32), device=device)
+    y_all = torch.as_tensor(train_labels, device=device)
+    x_test = torch.as_tensor(np.asarray(test_feats, dtype=np.float32), device=device)
+    y_test = torch.as_tensor(test_labels, device=device)
+
+    # Seeded hold-out for the weight decay; standardisation statistics come from the fitting part only.
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(len(train_labels))
+    n_val = max(1, int(round(val_fraction * len(perm))))
+    if len(perm) - n_val < 2:
+        raise DataError(f"train split too small ({len(perm)} samples) to hold out a validation part")
+    val_idx, fit_idx = torch.as_tensor(perm[:n_val], device=device), torch.as_tensor(perm[n_val:], device=device)
+    x_fit, x_val = _standardise(x_all[fit_idx], x_all[val_idx])
+    val_scores: dict[str, float] = {}
+    t0 = time.perf_counter()
+    best_wd, best_acc = None, -1.0
+    for wd in sorted(float(w) for w in wd_grid):
+        layer = fit_logistic_lbfgs(x_fit, y_all[fit_idx], num_classes, wd, max_iter=max_iter)
+        with torch.no_grad():
+            acc, _ = _accuracies(layer(x_val), y_all[val_idx], num_classes)
+        val_scores[f"{wd:g}"] = acc["top1"]
+        if acc["top1"] >= best_acc:  # ties go to the larger (more regularised) weight decay
+            best_wd, best_acc = wd, acc["top1"]
+    timings["wd_search_s"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    x_train_std, x_test_std = _standardise(x_all, x_test)
+    curve: list[float] = []
+    layer = fit_logistic_lbfgs(x_train_std, y_all, num_classes, best_wd, max_iter=max_iter, history=curve)
+    timings["fit_s"] = time.perf_counter() - t0
+    with torch.no_grad():
+        test_acc, ranked = _accuracies(layer(x_test_std), y_test, num_classes)
+        train_acc, _ = _accuracies(layer(x_train_std), y_all, num_classes)
+    metrics = {f"linear_fast_{k}": v for k, v in test_acc.items()}
+    return {
+        "metrics": metrics,
+        "weight_decay": best_wd,
+        "val_top1_by_wd": val_scores,
+        "train_top1": train_acc["top1"],
+        "predictions": ranked,
+        "curve": {"x_label": "L-BFGS function evaluation", "loss": curve},
+        "timings": timings,
+        "hyperparameters": {
+            "protocol": "fast",
+            "wd_grid": [float(w) for w in wd_grid],
+            "val_fraction": val_fraction,
+            "max_iter": max_iter,
+            "optimizer": "L-BFGS (strong Wolfe, history 20), full batch, zero init",
+            "standardise": True,
+        },
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# paper / small-scale: augmented training of a linear layer on the frozen backbone
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class LinearProtocol:
+    """Every hyperparameter of an augmented linear protocol (all settable from the CLI)."""
+
+    name: str
+    optimizer: str  # "sgd" | "adam"
+    lr: float
+    epochs: int = 100
+    milestones: tuple[int, ...] = (60, 80)
+    gamma: float = 0.1
+    batch_size: int = 256
+    momentum: float = 0.9
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    crop_scale: tuple[float, float] = (0.08, 1.0)
+    workers: int = 4
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        for key in ("milestones", "betas", "crop_scale"):
+            d[key] = list(d[key])
+        return d
+
+
+PROTOCOLS: dict[str, LinearProtocol] = {
+    "paper": LinearProtocol("paper", "sgd", lr=30.0, gamma=0.1, batch_size=256, momentum=0.9, weight_decay=0.0),
+    "small-scale": LinearProtocol(
+        "small-scale", "adam", lr=1e-3, gamma=0.2, batch_size=128, betas=(0.5, 0.999), eps=1e-8, weight_decay=0.0
+    ),
+}
+
+
+def protocol(name: str, **overrides: Any) -> LinearProtocol:
+    """A named protocol with some fields replaced (``None`` values are ignored)."""
+    if name not in PROTOCOLS:
+        raise DataError(f"unknown linear protocol {name!r}; choose fast, {', '.join(PROTOCOLS)}")
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    unknown = set(changes) - {f.name for f in dataclasses.fields(LinearProtocol)}
+    if unknown:
+        raise DataError(f"unknown protocol settings: {', '.join(sorted(unknown))}")
+    proto = dataclasses.replace(PROTOCOLS[name], **changes)
+    if proto.epochs < 1 or proto.batch_size < 1 or proto.lr <= 0:
+        raise DataError(f"epochs, batch size and lr must be positive (got {proto.epochs}, {proto.batch_size}, {proto.lr})")
+    return proto
+
+
+def _make_optimizer(proto: LinearProtocol, params: Any) -> torch.optim.Optimizer:
+    if proto.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=proto.lr, momentum=proto.momentum, weight_decay=proto.weight_decay)
+    if proto.optimizer == "adam":
+        return torch.optim.Adam(params, lr=proto.lr, betas=proto.betas, eps=proto.eps, weight_decay=proto.weight_decay)
+    raise DataError(f"unknown optimizer {proto.optimizer!r}; choose sgd or adam")
+
+
+def linear_augmented(
+    model: nn.Module,
+    train_data: Any,
+    test_data: Any,
+    proto: LinearProtocol,
+    *,
+    seed: int = 0,
+    device: torch.device | str | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Train ``nn.Linear(num_features, C)`` on augmented images through the frozen ``model``.
+
+    ``train_data``/``test_data`` are :class:`~cl_zoo.data.folder.ImageFolderData`. Test images use
+    the model's eval preprocessing (resize + centre crop), train images RandomResizedCrop + flip.
+    """
+    from cl_zoo.eval.features import ImageListDataset, check_input_channels, eval_transform, model_cfg, train_transform
+
+    num_classes = len(train_data.classes)
+    validate_split_labels(np.asarray(train_data.labels), np.asarray(test_data.labels), num_classes)
+    check_input_channels(model)
+    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = model_cfg(model)
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    train_loader = torch.utils.data.DataLoader(
+        ImageListDataset(train_data.paths, train_data.labels, train_transform(cfg, tuple(proto.crop_scale))),
+        batch_size=proto.batch_size, shuffle=True, generator=gen, num_workers=proto.workers,
+        pin_memory=device.type == "cuda", drop_last=False, persistent_workers=proto.workers > 0,
+    )
+    test_loader = torch.utils.data.DataLoader(
+        ImageListDataset(test_data.paths, test_data.labels, eval_transform(cfg)),
+        batch_size=proto.batch_size, shuffle=False, num_workers=proto.workers, pin_memory=device.type == "cuda",
+    )
+    model = model.to(device).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    forward = getattr(model, "forward_features", model)
+    dim = int(getattr(model, "num_features", 0)) or None
+    if dim is None:
+        with torch.no_grad():
+            dim = forward(next(iter(test_loader))[0][:1].to(device)).flatten(1).shape[1]
+    head = nn.Linear(dim, num_classes).to(device)
+    # MoCo's lincls init: N(0, 0.01) weights, zero bias.
+    nn.init.normal_(head.weight, std=0.01)
+    nn.init.zeros_(head.bias)
+    opt = _make_optimizer(proto, head.parameters())
+    sched = torch.optim.lr_scheduler.MultiStepLR(opt, milestones=list(proto.milestones), gamma=proto.gamma)
+
+    curve: dict[str, list[float]] = {"epoch": [], "train_loss": [], "train_top1": [], "lr": []}
+    t0 = time.perf_counter()
+    for epoch in range(proto.epochs):
+        head.train()
+        total_loss, correct, seen = 0.0, 0, 0
+        batches = train_loader
+        if progress:
+            from tqdm import tqdm
+
+            batches = tqdm(train_loader, desc=f"epoch {epoch + 1}/{proto.epochs}", leave=False)
+        lr = opt.param_groups[0]["lr"]
+        for images, labels in batches:
+            images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
+            with torch.no_grad():
+                feats = forward(images).float().flatten(1)
+            logits = head(feats)
+            loss = F.cross_entropy(logits, labels)
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                raise DataError(f"linear training diverged (loss {loss_value}) at epoch {epoch + 1}; lower --lr")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total_loss += loss_value * len(labels)
+            correct += int((logits.argmax(1) == labels).sum())
+            seen += len(labels)
+        sched.step()
+        curve["epoch"].append(epoch + 1)
+        curve["train_loss"].append(total_loss / max(seen, 1))
+        curve["train_top1"].append(correct / max(seen, 1))
+        curve["lr"].append(lr)
+        if log is not None:
+            log(f"epoch {epoch + 1}/{proto.epochs}: loss {curve['train_loss'][-1]:.4f} train top-1 {curve['train_top1'][-1]:.4f} lr {lr:g}")
+    train_seconds = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    head.eval()
+    logits_all, labels_all = [], []
+    with torch.no_grad():
+        for images, labels in test_loader:
+            logits_all.append(head(forward(images.to(device)).float().flatten(1)).cpu())
+            labels_all.append(labels)
+    test_acc, ranked = _accuracies(torch.cat(logits_all), torch.cat(labels_all), num_classes)
+    return {
+        "metrics": {f"linear_{proto.name.replace('-', '_')}_{k}": v for k, v in test_acc.items()},
+        "predictions": ranked,
+        "curve": curve,
+        "timings": {"train_s": train_seconds, "test_s": time.perf_counter() - t0},
+        "hyperparameters": {"protocol": proto.name, **proto.to_dict()},
+    }
