@@ -65,16 +65,45 @@ def parse_hub_id(source: str) -> tuple[str, str | None]:
     return repo_id, revision or None
 
 
+def _env_true(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def hub_settings() -> dict[str, object]:
+    """Endpoint, offline flag and cache folder as the environment says *now*.
+
+    ``huggingface_hub`` reads ``HF_ENDPOINT``, ``HF_HUB_OFFLINE`` and ``HF_HOME``/``HF_HUB_CACHE``
+    once, at import. A notebook or test that sets them afterwards would be silently ignored, so
+    they are re-read on every call and passed explicitly (``None`` keeps the library's default).
+    """
+    from huggingface_hub import constants
+
+    endpoint = os.environ.get("HF_ENDPOINT")
+    offline_env = os.environ.get("HF_HUB_OFFLINE")
+    offline = _env_true(offline_env) if offline_env is not None else bool(constants.HF_HUB_OFFLINE)
+    cache_dir = os.environ.get("HF_HUB_CACHE")
+    if cache_dir is None and os.environ.get("HF_HOME"):
+        cache_dir = os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hub")
+    return {
+        "endpoint": endpoint.rstrip("/") if endpoint else None,
+        "local_files_only": offline,
+        "cache_dir": os.path.expanduser(cache_dir) if cache_dir else None,
+    }
+
+
 def download_folder(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> Path:
     """Fetch (or find in the cache) a checkpoint repo; returns the local snapshot folder."""
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
+    settings = hub_settings()
     try:
         path = snapshot_download(
             repo_id,
             revision=revision,
-            cache_dir=cache_dir,
+            cache_dir=cache_dir or settings["cache_dir"],
+            endpoint=settings["endpoint"],
+            local_files_only=settings["local_files_only"],
             allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME, "model-*.safetensors", "README.md"],
         )
     except RepositoryNotFoundError as exc:
@@ -82,12 +111,18 @@ def download_folder(repo_id: str, revision: str | None = None, cache_dir: str | 
     except RevisionNotFoundError as exc:
         raise HubError(f"Hub repo {repo_id} has no revision {revision!r}") from exc
     except LocalEntryNotFoundError as exc:
-        raise HubError(
-            f"Hub repo {repo_id}{'@' + revision if revision else ''} is not cached and the Hub cannot be reached "
-            "(offline or HF_HUB_OFFLINE=1)"
-        ) from exc
+        from huggingface_hub import constants
+
+        where = "HF_HUB_OFFLINE=1 forbids network access" if settings["local_files_only"] else (
+            f"{settings['endpoint'] or constants.ENDPOINT} cannot be reached"
+        )
+        raise HubError(f"Hub repo {repo_id}{'@' + revision if revision else ''} is not cached and {where}") from exc
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise HubError(f"could not download {repo_id}: {' '.join(str(exc).split())[:200]}") from exc
+    except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack (httpx2)
+        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "httpcore"}:
+            raise
+        raise HubError(f"could not download {repo_id}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from exc
     return Path(path)
 
 
@@ -103,12 +138,14 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
     """Load a registered pretrained model from the first source that works."""
     cfg = entry.cfg
     tried: list[str] = []
+    errors: list[ClZooError] = []
     if cfg.bundled and (folder := find_bundled(cfg.bundled)) is not None:
         try:
             model = load_folder(folder, sha256=cfg.sha256, model_name=entry.name)
             model.checkpoint_source = str(folder)
             return model
         except CheckpointError as exc:
+            errors.append(exc)
             tried.append(f"bundled {folder} ({exc})")
     elif cfg.bundled:
         tried.append(f"bundled model_cards/{cfg.bundled} (not present)")
@@ -118,6 +155,7 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
             model.model_name = entry.name
             return model
         except ClZooError as exc:
+            errors.append(exc)
             tried.append(f"hf-hub:{cfg.hf_hub_id} ({exc})")
     if cfg.url:
         try:
@@ -125,8 +163,12 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
 
             return load_official(entry)
         except ClZooError as exc:
+            errors.append(exc)
             tried.append(f"{cfg.url} ({exc})")
-    raise HubError(f"cannot load {entry.name}: " + "; ".join(tried or ["no source is configured"]))
+    message = f"cannot load {entry.name}: " + "; ".join(tried or ["no source is configured"])
+    # A source that answered with bad bytes (checksum, shapes) is an integrity problem, not an
+    # availability one: keep its type so callers can tell "corrupt" from "unreachable".
+    raise (CheckpointError if any(isinstance(e, CheckpointError) for e in errors) else HubError)(message)
 
 
 def load_pretrained(source: str | os.PathLike[str], **kwargs: object) -> nn.Module:

@@ -1,0 +1,144 @@
+"""``cl-zoo models`` and ``cl-zoo info``: what the registry holds.
+
+Parameter counts come from building each architecture on the ``meta`` device: no memory is
+allocated and no weights are initialised, so listing every model (including CMC's ResNet-50 x2
+pair) stays well under a couple of seconds.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+import click
+
+
+@lru_cache(maxsize=None)
+def _arch_stats(arch: str, kwargs_json: str) -> tuple[int, int]:
+    """(parameter count, feature dimension) of an architecture, built without real memory."""
+    import torch
+
+    from cl_zoo.registry import build_arch
+
+    with torch.device("meta"):
+        model = build_arch(arch, **json.loads(kwargs_json))
+    return sum(p.numel() for p in model.parameters()), int(getattr(model, "num_features", 0))
+
+
+def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, Any]]:
+    """One dict per registered name: the data behind the table and ``--json``."""
+    from cl_zoo.hub import find_bundled
+    from cl_zoo.registry import _ARCHS, _PRETRAINED, list_models
+
+    rows = []
+    for name in list_models(pattern, pretrained=pretrained):
+        if name in _PRETRAINED:
+            entry = _PRETRAINED[name]
+            arch, cfg, kwargs = entry.arch, entry.cfg, entry.model_kwargs
+            kind = "pretrained"
+        else:
+            arch, cfg, kwargs = name, _ARCHS[name].default_cfg, {}
+            kind = "architecture"
+        params, features = _arch_stats(arch, json.dumps(kwargs, sort_keys=True))
+        sources = []
+        if kind == "pretrained":
+            if cfg.bundled and find_bundled(cfg.bundled) is not None:
+                sources.append("bundled")
+            if cfg.hf_hub_id:
+                sources.append(f"hf-hub:{cfg.hf_hub_id}" + (f"@{cfg.revision}" if cfg.revision else ""))
+            if cfg.url:
+                sources.append(cfg.url)
+        rows.append(
+            {
+                "name": name,
+                "kind": kind,
+                "method": cfg.method if kind == "pretrained" else None,
+                "arch": arch,
+                "dataset": cfg.dataset if kind == "pretrained" else None,
+                "params": params,
+                "num_features": features,
+                "input_size": list(cfg.input_size),
+                "metrics": dict(cfg.metrics) if kind == "pretrained" else {},
+                "sources": sources,
+            }
+        )
+    return rows
+
+
+def _compact_metrics(metrics: dict[str, Any]) -> str:
+    parts = []
+    for key, value in sorted(metrics.items()):
+        parts.append(f"{key}={value:.4g}" if isinstance(value, (int, float)) else f"{key}={value}")
+    return " ".join(parts) or "-"
+
+
+def _table(rows: list[dict[str, Any]]) -> str:
+    header = ["name", "method", "arch", "dataset", "params(M)", "metrics"]
+    body = [
+        [
+            r["name"],
+            r["method"] or "-",
+            r["arch"],
+            r["dataset"] or "-",
+            f"{r['params'] / 1e6:.2f}",
+            _compact_metrics(r["metrics"]),
+        ]
+        for r in rows
+    ]
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(line, widths)).rstrip() for line in [header, *body]]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+@click.command("models")
+@click.argument("pattern", default="*")
+@click.option("--pretrained", is_flag=True, help="Only pretrained checkpoints, not bare architectures.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of the table.")
+def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
+    """List registered models matching PATTERN (a glob, e.g. 'dcl_*' or '*resnet50*')."""
+    rows = model_rows(pattern, pretrained=pretrained)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        click.echo(f"no model matches {pattern!r}" + (" among pretrained entries" if pretrained else ""), err=True)
+        return 1
+    click.echo(_table(rows))
+    return 0
+
+
+@click.command("info")
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def info_command(name: str, as_json: bool) -> None:
+    """Show one registered model: architecture, size, preprocessing, provenance and sources."""
+    from cl_zoo.registry import _ARCHS, _PRETRAINED, _ensure_loaded, get_pretrained
+
+    _ensure_loaded()
+    if name not in _PRETRAINED and name not in _ARCHS:
+        get_pretrained(name)  # raises "unknown model ...; did you mean ..."
+    row = next(r for r in model_rows(name) if r["name"] == name)
+    cfg = _PRETRAINED[name].cfg if name in _PRETRAINED else _ARCHS[name].default_cfg
+    info = {**row, "pretrained_cfg": cfg.to_dict()}
+    if name in _PRETRAINED:
+        info["model_kwargs"] = dict(_PRETRAINED[name].model_kwargs)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    click.echo(f"{name} ({row['kind']})")
+    click.echo(f"  architecture : {row['arch']}")
+    click.echo(f"  parameters   : {row['params']:,} ({row['params'] / 1e6:.2f}M)")
+    click.echo(f"  features     : {row['num_features']}")
+    click.echo(
+        f"  input        : {tuple(cfg.input_size)}, resize {cfg.resize_size} ({cfg.interpolation}), "
+        f"crop_pct {cfg.crop_pct}, mean {tuple(cfg.mean)}, std {tuple(cfg.std)}"
+    )
+    for key in ("method", "dataset", "epochs", "paper", "license", "notes"):
+        if getattr(cfg, key):
+            click.echo(f"  {key:<13}: {getattr(cfg, key)}")
+    if row["metrics"]:
+        click.echo(f"  metrics      : {_compact_metrics(row['metrics'])}")
+    if row["kind"] == "pretrained":
+        click.echo(f"  sources      : {', '.join(row['sources']) or 'none available'}")
