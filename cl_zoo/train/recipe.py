@@ -11,7 +11,7 @@ YAML shape (every key optional; defaults below)::
     arch: resnet18_cifar        # a registered architecture
     model_args: {}              # extra kwargs for create_model (e.g. width: 0.5)
     method_args: {}             # method hyperparameters (temperature, queue size, ...)
-    data: {image_size: 32, augment: simclr_cifar, dataset: cifar10}
+    data: {image_size: 32, augment: cifar, dataset: cifar10}   # augment null: the method's default
     optim: {name: sgd, lr: 0.03, lr_scaling: linear, base_batch: 256, momentum: 0.9,
             weight_decay: 5.0e-4, nesterov: false}
     schedule: {name: cosine, warmup_epochs: 0, milestones: [], gamma: 0.1}
@@ -49,7 +49,7 @@ class DataConfig:
     """How images are sized and augmented; ``augment`` names an AugmentConfig preset."""
 
     image_size: int = 32
-    augment: str = "simclr_cifar"
+    augment: str | None = None  # None: the method's default preset
     dataset: str | None = None  # provenance only: recorded as pretrained_cfg.dataset
 
 

@@ -1,0 +1,92 @@
+"""``cl-zoo pretrain``: self-supervised pretraining of one method on an image folder.
+
+Examples::
+
+    cl-zoo pretrain --recipe recipes/dcl_cifar10.yaml --data cifar10-jpeg.tar.gz --val cifar10-jpeg.tar.gz --out runs/dcl
+    cl-zoo pretrain --method dcl --arch resnet18 --data imagenette128-train.tar.gz --image-size 64 --epochs 50 --out runs/x
+    cl-zoo pretrain --out runs/dcl --resume                     # continue after a crash
+    torchrun --nproc-per-node 8 -m cl_zoo.cli pretrain --recipe ... --out ...   # several GPUs
+
+The recipe (YAML) holds every hyperparameter; options given here override it, ``--set key=value``
+reaches any recipe key (``--set optim.weight_decay=1e-6 --set method_args.temperature=0.2``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import yaml
+
+from cl_zoo.errors import ClZooError
+
+
+def _parse_set(items: tuple[str, ...]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ClZooError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ClZooError(f"--set {key}: cannot parse value {value!r}") from None
+    return out
+
+
+@click.command(context_settings={"show_default": True})
+@click.option("--recipe", "recipe_path", help="Recipe YAML (a path, or a name under recipes/).")
+@click.option("--method", help="Method name (dcl, dclw, simclr, mocov2, ...); overrides the recipe.")
+@click.option("--arch", help="Backbone architecture (see `cl-zoo models`); overrides the recipe.")
+@click.option("--data", help="Training images: an ImageFolder directory, an archive of one, or a named dataset. "
+              "With train/val splits inside, 'train' is used.")
+@click.option("--val", help="Held-out labelled images for the kNN monitor (uses its val/test split if present). "
+              "Without it, 5% of the training images are held out.")
+@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, logs, exported model).")
+@click.option("--epochs", type=int, help="Training epochs.")
+@click.option("--batch-size", type=int, help="Global batch size (all processes together).")
+@click.option("--lr", type=float, help="Base learning rate (scaled by batch/base_batch when lr_scaling is linear).")
+@click.option("--image-size", type=int, help="Training resolution (images are decoded at this size).")
+@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), help="Autocast precision on CUDA (CPU runs fp32).")
+@click.option("--knn-every", type=int, help="Run the kNN monitor every N epochs (0: never).")
+@click.option("--seed", type=int, help="Random seed.")
+@click.option("--workers", type=int, help="Decode threads / DataLoader workers.")
+@click.option("--compile/--no-compile", "compile_", default=None, help="torch.compile the backbone.")
+@click.option("--sync-bn/--no-sync-bn", default=None, help="SyncBatchNorm across processes (CUDA).")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any recipe key (dotted).")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N.")
+@click.option("--stream/--in-memory", default=None, help="Force the streaming DataLoader path or the decoded in-memory path "
+              "(default: in memory when the decoded dataset fits in half the device memory).")
+@click.option("--no-progress", is_flag=True, help="No progress bars (logs still print one line per epoch).")
+def pretrain_command(recipe_path, method, arch, data, val, out, epochs, batch_size, lr, image_size, precision,
+                     knn_every, seed, workers, compile_, sync_bn, sets, resume, device, stream, no_progress) -> int:  # noqa: ANN001
+    """Pretrain a backbone with a contrastive method and export it in the zoo's format."""
+    from cl_zoo.train.loop import Trainer
+    from cl_zoo.train.recipe import Recipe
+
+    overrides: dict[str, object] = {
+        "method": method, "arch": arch, "epochs": epochs, "batch_size": batch_size, "optim.lr": lr,
+        "data.image_size": image_size, "precision": precision, "knn_every": knn_every, "seed": seed,
+        "workers": workers, "compile": compile_, "sync_bn": sync_bn,
+    }
+    overrides.update(_parse_set(sets))
+    run_dir = Path(out)
+    saved = run_dir / "recipe.yaml"
+    if recipe_path:
+        recipe = Recipe.load(recipe_path).with_overrides(overrides)
+    elif method:
+        recipe = Recipe().with_overrides(overrides)
+    elif resume and saved.is_file():
+        recipe = Recipe.load(saved).with_overrides(overrides)
+    else:
+        raise ClZooError("give --recipe or --method (or --resume an existing run folder)")
+    if data is None and not resume:
+        raise ClZooError("give --data: an ImageFolder directory or an archive of one")
+    trainer = Trainer(recipe, data, run_dir, val=val, resume=resume, device=device, stream=stream,
+                      progress=not no_progress)
+    result = trainer.fit()
+    if result.model_dir is not None:
+        knn = ", ".join(f"{k}={100 * v:.2f}%" for k, v in sorted(result.metrics.items()))
+        click.echo(f"exported {result.model_dir}" + (f" ({knn})" if knn else ""))
+    return 0

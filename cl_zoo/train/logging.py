@@ -1,0 +1,133 @@
+"""Run logs: a CSV per epoch, TensorBoard scalars per step, and a loss/accuracy curve at the end.
+
+Only the main rank constructs a :class:`RunLogger`. The CSV is the durable record (it survives a
+resume: rows past the resumed epoch are dropped so a re-run epoch is not counted twice);
+TensorBoard is optional and silently skipped if its package is missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+CSV_NAME = "metrics.csv"
+CURVE_NAME = "curves.png"
+
+
+class RunLogger:
+    """Epoch rows to ``metrics.csv``, step scalars to TensorBoard under ``RUN_DIR/tb``."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, resume_epoch: int = 0, tensorboard: bool = True) -> None:
+        self.run_dir = Path(run_dir)
+        self.csv_path = self.run_dir / CSV_NAME
+        self.rows: list[dict[str, Any]] = []
+        if self.csv_path.is_file():
+            with open(self.csv_path, newline="") as fh:
+                self.rows = [
+                    {k: _parse(v) for k, v in row.items()}
+                    for row in csv.DictReader(fh)
+                    if int(float(row.get("epoch") or 0)) <= resume_epoch
+                ]
+        self._rewrite()
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(self.run_dir / "tb"), purge_step=None)
+            except ImportError:
+                self.tb = None
+
+    def log_step(self, step: int, values: Mapping[str, float]) -> None:
+        if self.tb is not None:
+            for key, value in values.items():
+                self.tb.add_scalar(f"train/{key}", float(value), step)
+
+    def log_epoch(self, epoch: int, values: Mapping[str, Any]) -> None:
+        row = {"epoch": epoch, **{k: _plain(v) for k, v in values.items()}}
+        self.rows = [r for r in self.rows if r.get("epoch") != epoch] + [row]
+        self._rewrite()
+        if self.tb is not None:
+            for key, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.tb.add_scalar(f"epoch/{key}", float(value), epoch)
+            self.tb.flush()
+
+    def _rewrite(self) -> None:
+        """Rewrite the whole CSV atomically: columns can appear later (the first kNN epoch)."""
+        if not self.rows:
+            return
+        columns: list[str] = []
+        for row in self.rows:
+            columns += [k for k in row if k not in columns]
+        tmp = self.csv_path.with_name(f".{CSV_NAME}.tmp")
+        with open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            for row in self.rows:
+                writer.writerow({k: row.get(k, "") for k in columns})
+        os.replace(tmp, self.csv_path)
+
+    def plot(self, title: str = "") -> Path | None:
+        """Loss (left axis) and kNN accuracy (right axis) per epoch as ``curves.png``."""
+        if not self.rows:
+            return None
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        epochs = [r["epoch"] for r in self.rows]
+        losses = [r.get("loss") for r in self.rows]
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
+        ax.plot(epochs, [_nan(v) for v in losses], "-o", color="tab:blue", markersize=3, label="loss")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("train loss", color="tab:blue")
+        knn_keys = sorted({k for r in self.rows for k in r if k.startswith("knn_") and k.endswith("_top1")})
+        if knn_keys:
+            ax2 = ax.twinx()
+            for key, colour in zip(knn_keys, ("tab:orange", "tab:green", "tab:red")):
+                pts = [(r["epoch"], 100 * float(r[key])) for r in self.rows if isinstance(r.get(key), (int, float))]
+                if pts:
+                    ax2.plot(*zip(*pts), "-s", color=colour, markersize=3, label=key)
+            ax2.set_ylabel("kNN top-1 (%)")
+            ax2.legend(loc="lower right", fontsize=8)
+        if title:
+            ax.set_title(title, fontsize=10)
+        fig.tight_layout()
+        target = self.run_dir / CURVE_NAME
+        tmp = target.with_name(f".{CURVE_NAME}.tmp.png")
+        fig.savefig(tmp)
+        plt.close(fig)
+        os.replace(tmp, target)
+        return target
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def _parse(text: str | None) -> Any:
+    if text is None or text == "":
+        return None
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return int(number) if number.is_integer() and "." not in text and "e" not in text.lower() else number
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        value = value.item()
+    return value
+
+
+def _nan(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan

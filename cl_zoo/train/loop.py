@@ -1,0 +1,549 @@
+"""The pretraining loop shared by every method.
+
+:class:`Trainer` turns a :class:`~cl_zoo.train.recipe.Recipe` and an image folder into a trained
+backbone in the zoo's checkpoint format. It knows nothing method-specific: the method builds its
+views' count and presets, computes the loss, and updates its momentum encoders and queues.
+
+Run folder::
+
+    RUN_DIR/recipe.yaml       the full recipe (what was asked)
+    RUN_DIR/checkpoint.pt     the last completed epoch (atomic; what --resume reads)
+    RUN_DIR/metrics.csv       one row per epoch (loss, lr, images/s, kNN accuracy)
+    RUN_DIR/tb/               TensorBoard scalars
+    RUN_DIR/curves.png        loss and kNN accuracy per epoch
+    RUN_DIR/model/            the exported backbone (config.json, safetensors, README.md)
+
+Every user mistake (unknown method or architecture, bad recipe, empty data, batch too small,
+resuming another method's run) is reported before the first step. A non-finite loss stops the run
+with :class:`NonFiniteLossError`, leaving the previous epoch's checkpoint as it was.
+
+Fault injection for tests: ``CL_ZOO_FAULT_KILL_STEP=N`` SIGKILLs the process before global step
+``N``; ``CL_ZOO_FAULT_NAN_STEP=N`` makes step ``N``'s loss NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from cl_zoo.errors import CheckpointError, ClZooError, DataError
+from cl_zoo.train import launch
+from cl_zoo.train.data import (
+    InMemoryBatches,
+    StreamingBatches,
+    augment_configs,
+    holdout_split,
+    normalize_for,
+)
+from cl_zoo.train.optim import build_optimizer, lr_factor, set_lr
+from cl_zoo.train.recipe import Recipe
+from cl_zoo.train.state import CHECKPOINT_NAME, capture_rng_state, load_state, restore_rng_state, save_state
+
+KNN_KS = (20, 200)
+KNN_TEMPERATURE = 0.1
+MONITOR_BANK_MAX = 20_000  # train images decoded for the kNN monitor on the streaming path
+HOLDOUT_FRACTION = 0.05
+
+
+class NonFiniteLossError(ClZooError):
+    """The loss became NaN or infinite; the run stopped without overwriting its checkpoint."""
+
+
+@dataclass
+class PretrainResult:
+    run_dir: Path
+    model_dir: Path | None
+    epochs: int
+    metrics: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _fault_step(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value not in (None, "") else None
+
+
+def open_train_data(spec: str | os.PathLike[str], split: str | None = None):
+    """An ImageFolder for training: ``split`` if given, else ``train`` when the data has splits."""
+    from cl_zoo.data.folder import open_image_folder
+
+    if split is not None:
+        return open_image_folder(spec, split=split)
+    try:
+        return open_image_folder(spec, split="train")
+    except DataError:
+        return open_image_folder(spec)
+
+
+def open_val_data(spec: str | os.PathLike[str], split: str | None = None):
+    """Held-out data for the kNN monitor: ``split``, else ``val``/``test`` when present, else the folder."""
+    from cl_zoo.data.folder import open_image_folder
+
+    if split is not None:
+        return open_image_folder(spec, split=split)
+    for candidate in ("val", "test"):
+        try:
+            return open_image_folder(spec, split=candidate)
+        except DataError:
+            continue
+    return open_image_folder(spec)
+
+
+def _memory_budget(device: torch.device) -> int:
+    """Bytes the in-memory dataset may take: half the free GPU memory, or half the available RAM."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return free // 2
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        available = 8 << 30
+    return available // 2
+
+
+class Trainer:
+    """One pretraining run; construct (validates everything), then :meth:`fit`."""
+
+    def __init__(
+        self,
+        recipe: Recipe | None,
+        data: str | os.PathLike[str] | None,
+        run_dir: str | os.PathLike[str],
+        *,
+        val: str | os.PathLike[str] | None = None,
+        data_split: str | None = None,
+        val_split: str | None = None,
+        resume: bool = False,
+        device: str | torch.device | None = None,
+        stream: bool | None = None,
+        progress: bool = True,
+        export: bool = True,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.progress = progress
+        self.export = export
+        self.env = launch.init_distributed(device)
+        try:
+            self._setup(recipe, data, val, data_split, val_split, resume, stream)
+        except BaseException:
+            launch.shutdown(self.env)
+            raise
+
+    # ------------------------------------------------------------------ setup (all checks)
+    def _setup(self, recipe, data, val, data_split, val_split, resume, stream) -> None:  # noqa: ANN001
+        env = self.env
+        self.state: dict[str, Any] | None = None
+        ckpt_path = self.run_dir / CHECKPOINT_NAME
+        if resume:
+            if ckpt_path.is_file():
+                self.state = load_state(ckpt_path)
+                recipe = self._recipe_for_resume(recipe, self.state, ckpt_path)
+            elif not self.run_dir.is_dir():
+                raise CheckpointError(f"--resume: run folder {self.run_dir} does not exist")
+        elif ckpt_path.is_file():
+            raise ClZooError(f"{self.run_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume or another --out")
+        if recipe is None:
+            raise ClZooError("no recipe: give --recipe or --method (or --resume an existing run)")
+        if data is None:
+            data, data_split = (self.state or {}).get("data"), (self.state or {}).get("data_split")
+            if data is None:
+                raise ClZooError("no training data: give --data (an ImageFolder directory or archive)")
+        if val is None and self.state is not None and self.state.get("val"):
+            val, val_split = self.state["val"], self.state.get("val_split")
+        self.data_spec, self.data_split = str(data), data_split
+        self.val_spec, self.val_split = (str(val) if val is not None else None), val_split
+        self.recipe = recipe
+        r = recipe
+
+        # Method and architecture (unknown names, bad method_args: one-line errors).
+        from cl_zoo.methods import build_method_from_recipe
+
+        torch.manual_seed(r.seed)
+        self.method = build_method_from_recipe(r)
+        self.num_views = self.method.num_views
+        self.view_configs = augment_configs(self.method.view_config.presets(), r.data.image_size)
+
+        if r.batch_size % env.world_size:
+            raise ClZooError(f"batch size {r.batch_size} is not divisible by the {env.world_size} processes")
+        if r.batch_size < 2:
+            raise ClZooError(f"batch size {r.batch_size} is too small: contrastive methods need at least 2 images")
+        check = getattr(self.method, "check_batch_size", None)
+        if callable(check):
+            check(r.batch_size)  # e.g. SiMo: K negatives need a batch larger than K
+        if r.sync_bn and env.distributed and env.device.type != "cuda":
+            raise ClZooError("sync_bn with several processes needs CUDA (torch's SyncBatchNorm has no CPU kernel)")
+
+        # Data (missing, empty, unreadable: DataError before training).
+        self.train_data = open_train_data(data, data_split)
+        n = len(self.train_data)
+        self.train_index = np.arange(n)
+        self.val_data = open_val_data(val, val_split) if val is not None else None
+        self.holdout_index: np.ndarray | None = None
+        if self.val_data is None and r.knn_every > 0 and n >= 40:
+            self.train_index, self.holdout_index = holdout_split(n, HOLDOUT_FRACTION, r.seed)
+        if len(self.train_index) < r.batch_size:
+            raise DataError(
+                f"{self.train_data.source}: {len(self.train_index)} training images, fewer than one batch of {r.batch_size}"
+            )
+        size = r.data.image_size
+        nbytes = len(self.train_index) * 3 * size * size
+        self.in_memory = (nbytes <= _memory_budget(env.device)) if stream is None else not stream
+        if self.state is not None:
+            self._check_resume_data(self.state)
+        self.steps_per_epoch = len(self.train_index) // r.batch_size
+
+    def _recipe_for_resume(self, requested: Recipe | None, state: dict[str, Any], path: Path) -> Recipe:
+        saved = Recipe.from_dict(state["recipe"], source=f"checkpoint {path}")
+        if requested is None:
+            return saved
+        if requested.method != saved.method:
+            raise CheckpointError(
+                f"cannot resume: {path} is a {saved.method} run, but the method requested is {requested.method}"
+            )
+        a, b = saved.to_dict(), requested.to_dict()
+        for key in a:
+            if key != "epochs" and a[key] != b[key]:
+                raise CheckpointError(
+                    f"cannot resume: recipe key {key!r} differs from the saved run ({a[key]!r} vs {b[key]!r}); "
+                    "only epochs may change on resume"
+                )
+        if requested.epochs < int(state["epoch"]):
+            raise CheckpointError(f"cannot resume: the run already trained {state['epoch']} epochs > --epochs {requested.epochs}")
+        return requested
+
+    def _check_resume_data(self, state: dict[str, Any]) -> None:
+        if state.get("data_hash") != self.train_data.file_list_hash:
+            raise CheckpointError(
+                f"cannot resume: the data differs from the saved run's (file list hash {str(state.get('data_hash'))[:12]}...)"
+            )
+        if state.get("world_size") != self.env.world_size:
+            raise CheckpointError(
+                f"cannot resume: the run used {state.get('world_size')} processes, now {self.env.world_size}"
+            )
+
+    # ------------------------------------------------------------------ model placement
+    def _prepare_model(self) -> None:
+        env, r = self.env, self.recipe
+        method = self.method
+        if (r.sync_bn or method.sync_bn) and env.distributed and env.device.type == "cuda":
+            method = nn.SyncBatchNorm.convert_sync_batchnorm(method)
+            self.method = method
+        method.to(env.device)
+        if env.device.type == "cuda":
+            method.to(memory_format=torch.channels_last)
+        if r.compile:
+            method.backbone.compile()
+        self.model: nn.Module = method
+        if env.distributed:
+            self.model = nn.parallel.DistributedDataParallel(
+                method,
+                device_ids=[env.device.index] if env.device.type == "cuda" else None,
+                broadcast_buffers=False,  # queues are fed identical gathered keys on every rank
+                find_unused_parameters=bool(getattr(method, "ddp_find_unused_parameters", False)),
+            )
+        self.optimizer = build_optimizer(r, method.parameter_groups(r.optim.weight_decay))
+        amp = env.device.type == "cuda" and r.precision != "fp32"
+        self.autocast_dtype = torch.bfloat16 if r.precision == "bf16" else torch.float16
+        self.amp = amp
+        self.scaler = torch.amp.GradScaler("cuda", enabled=amp and r.precision == "fp16")
+
+    def _load_images(self, data, index: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
+        from cl_zoo.data.memory import decode_to_tensor
+
+        paths = data.paths if index is None else [data.paths[i] for i in index]
+        key = data.file_list_hash if index is None else None
+        images = decode_to_tensor(paths, self.recipe.data.image_size, self.recipe.workers or None,
+                                  cache_key=key, progress=self.progress and self.env.is_main)
+        labels = torch.as_tensor(np.asarray(data.labels)[index] if index is not None else np.asarray(data.labels))
+        return images, labels
+
+    def _build_batches(self) -> None:
+        env, r = self.env, self.recipe
+        self.train_images: torch.Tensor | None = None
+        if self.in_memory:
+            images, labels = self._load_images(self.train_data, None)
+            if len(self.train_index) != len(self.train_data):
+                sel = torch.from_numpy(self.train_index)
+                images, labels = images[sel], labels[sel]
+            self.train_images = images.to(env.device)
+            self.train_labels = labels
+            self.batches: InMemoryBatches | StreamingBatches = InMemoryBatches(
+                self.train_images, self.view_configs, r.batch_size, env.rank, env.world_size, r.seed
+            )
+        else:
+            paths = [self.train_data.paths[i] for i in self.train_index]
+            self.batches = StreamingBatches(paths, r.data.image_size, self.view_configs, r.batch_size,
+                                            env.rank, env.world_size, r.seed, env.device, r.workers)
+
+    # ------------------------------------------------------------------ kNN monitor
+    def _monitor_sets(self) -> None:
+        self.monitor: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        r = self.recipe
+        if r.knn_every <= 0 or not self.env.is_main:
+            return
+        if self.val_data is not None:
+            q_img, q_lab = self._load_images(self.val_data, None)
+            self.monitor_name = f"val ({self.val_data.source})"
+        elif self.holdout_index is not None:
+            q_img, q_lab = self._load_images(self.train_data, self.holdout_index)
+            self.monitor_name = f"held-out {HOLDOUT_FRACTION:.0%} of train"
+        else:
+            return
+        if self.train_images is not None:
+            b_img, b_lab = self.train_images, self.train_labels
+        else:
+            rng = np.random.default_rng(r.seed)
+            sub = np.sort(rng.choice(self.train_index, size=min(MONITOR_BANK_MAX, len(self.train_index)), replace=False))
+            b_img, b_lab = self._load_images(self.train_data, sub)
+        self.monitor = (b_img, b_lab, q_img, q_lab)
+
+    @torch.no_grad()
+    def _features(self, images: torch.Tensor, batch: int = 512) -> np.ndarray:
+        backbone = self.method.backbone
+        dev = self.env.device
+        out = []
+        for i in range(0, len(images), batch):
+            x = normalize_for(self.view_configs[0], images[i : i + batch].to(dev, non_blocking=True))
+            if dev.type == "cuda":
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.autocast(dev.type, dtype=self.autocast_dtype, enabled=self.amp):
+                out.append(backbone.forward_features(x).float().cpu())
+        return torch.cat(out).numpy()
+
+    def run_monitor(self) -> dict[str, float]:
+        """Weighted kNN top-1 of the current backbone on the held-out split (main rank only)."""
+        if self.monitor is None:
+            return {}
+        from cl_zoo.eval.knn import knn_classify
+
+        b_img, b_lab, q_img, q_lab = self.monitor
+        ks = sorted({min(k, len(b_lab)) for k in KNN_KS})
+        was_training = self.method.training
+        self.method.eval()
+        try:
+            bank = self._features(b_img)
+            queries = self._features(q_img)
+        finally:
+            self.method.train(was_training)
+        num_classes = int(max(b_lab.max().item(), q_lab.max().item())) + 1
+        try:
+            result = knn_classify(bank, b_lab.numpy(), queries, q_lab.numpy(), ks=ks, temperature=KNN_TEMPERATURE,
+                                  num_classes=num_classes, use_gpu=False)
+        except DataError as exc:  # e.g. a single-class toy folder: monitor is informative only
+            print(f"kNN monitor skipped: {exc}")
+            self.monitor = None
+            return {}
+        return {k: v for k, v in result["metrics"].items() if k.endswith("_top1")}
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save(self, epoch: int, global_step: int, history: list[dict[str, Any]]) -> None:
+        if not self.env.is_main:
+            return
+        state = {
+            "method": self.recipe.method,
+            "arch": self.recipe.arch,
+            "recipe": self.recipe.to_dict(),
+            "epoch": epoch,
+            "global_step": global_step,
+            "model": self.method.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": {"global_step": global_step, "steps_per_epoch": self.steps_per_epoch},
+            "grad_scaler": self.scaler.state_dict(),
+            "rng": capture_rng_state(),
+            "data_hash": self.train_data.file_list_hash,
+            "data": self.data_spec,
+            "data_split": self.data_split,
+            "val": self.val_spec,
+            "val_split": self.val_split,
+            "world_size": self.env.world_size,
+            "history": history,
+        }
+        save_state(self.run_dir / CHECKPOINT_NAME, state)
+
+    def _restore(self) -> tuple[int, int, list[dict[str, Any]]]:
+        st = self.state
+        if st is None:
+            return 0, 0, []
+        if st.get("method") != self.recipe.method:
+            raise CheckpointError(f"cannot resume: checkpoint is a {st.get('method')} run, not {self.recipe.method}")
+        missing, unexpected = self.method.load_state_dict(st["model"], strict=False)
+        if missing or unexpected:
+            raise CheckpointError(
+                f"cannot resume: checkpoint does not match the model ({len(missing)} missing, {len(unexpected)} unexpected keys)"
+            )
+        self.optimizer.load_state_dict(st["optimizer"])
+        if st.get("grad_scaler"):
+            self.scaler.load_state_dict(st["grad_scaler"])
+        restore_rng_state(st["rng"])
+        return int(st["epoch"]), int(st["global_step"]), list(st.get("history", []))
+
+    # ------------------------------------------------------------------ training
+    def fit(self) -> PretrainResult:
+        try:
+            return self._fit()
+        finally:
+            launch.shutdown(self.env)
+
+    def _fit(self) -> PretrainResult:
+        env, r = self.env, self.recipe
+        self._prepare_model()
+        start_epoch, global_step, history = self._restore()
+        if env.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self.run_dir / ".recipe.yaml.tmp"
+            tmp.write_text(r.to_yaml())
+            os.replace(tmp, self.run_dir / "recipe.yaml")
+        self._build_batches()
+        self._monitor_sets()
+        from cl_zoo.train.logging import RunLogger
+
+        logger = RunLogger(self.run_dir, resume_epoch=start_epoch) if env.is_main else None
+        kill_at = _fault_step("CL_ZOO_FAULT_KILL_STEP")
+        nan_at = _fault_step("CL_ZOO_FAULT_NAN_STEP")
+        peak_lr = r.effective_lr
+        last_knn: dict[str, float] = dict(history[-1].get("knn", {})) if history else {}
+        if env.is_main and start_epoch:
+            print(f"resumed {self.run_dir} at epoch {start_epoch}/{r.epochs}")
+        self.method.train()
+        try:
+            for epoch in range(start_epoch, r.epochs):
+                bar = None
+                if env.is_main and self.progress:
+                    from tqdm.auto import tqdm
+
+                    bar = tqdm(total=self.steps_per_epoch, desc=f"epoch {epoch + 1}/{r.epochs}", unit="step",
+                               dynamic_ncols=True, leave=True)
+                t0 = time.perf_counter()
+                loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
+                seen = 0
+                lr = peak_lr
+                for i, (index, views) in enumerate(self.batches.epoch(epoch)):
+                    if kill_at is not None and global_step == kill_at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                    progress_ = epoch + i / self.steps_per_epoch
+                    lr = peak_lr * lr_factor(r, global_step, self.steps_per_epoch)
+                    set_lr(self.optimizer, lr)
+                    if env.device.type == "cuda":
+                        views = [v.contiguous(memory_format=torch.channels_last) for v in views]
+                    with torch.autocast(env.device.type, dtype=self.autocast_dtype, enabled=self.amp):
+                        loss, logs = self.model(views, index, progress_)
+                    if nan_at is not None and global_step == nan_at:
+                        loss = loss * float("nan")
+                    loss_value = launch.all_reduce_mean(env, loss.detach().float())
+                    if not torch.isfinite(loss_value):
+                        raise NonFiniteLossError(self._nan_message(loss_value.item(), epoch, i, lr, start_epoch))
+                    self.optimizer.zero_grad(set_to_none=True)
+                    self.scaler.scale(loss).backward()
+                    self.scaler.step(self.optimizer)
+                    self.scaler.update()
+                    self.method.after_optimizer_step(epoch + (i + 1) / self.steps_per_epoch)
+                    loss_sum += loss_value.double()
+                    seen += 1
+                    global_step += 1
+                    if bar is not None:
+                        elapsed = max(time.perf_counter() - t0, 1e-9)
+                        bar.update(1)
+                        bar.set_postfix(loss=f"{loss_value.item():.4f}", lr=f"{lr:.3g}",
+                                        img_s=f"{seen * r.batch_size / elapsed:.0f}", refresh=False)
+                    if logger is not None and (global_step % 10 == 0 or i == 0):
+                        logger.log_step(global_step, {"loss": float(loss_value), "lr": lr, **{k: float(v) for k, v in logs.items() if k != "loss"}})
+                if bar is not None:
+                    bar.close()
+                if env.device.type == "cuda":
+                    torch.cuda.synchronize(env.device)
+                elapsed = time.perf_counter() - t0
+                row: dict[str, Any] = {
+                    "loss": float(loss_sum.item() / max(seen, 1)),
+                    "lr": lr,
+                    "images_per_s": seen * r.batch_size / elapsed,
+                    "views_per_s": seen * r.batch_size * self.num_views / elapsed,
+                    "epoch_time_s": elapsed,
+                }
+                knn: dict[str, float] = {}
+                due = r.knn_every > 0 and ((epoch + 1) % r.knn_every == 0 or epoch + 1 == r.epochs)
+                if due and env.is_main:
+                    knn = self.run_monitor()
+                    last_knn = knn or last_knn
+                    row.update(knn)
+                launch.barrier(env)
+                history.append({"epoch": epoch + 1, **{k: v for k, v in row.items()}, "knn": knn})
+                if logger is not None:
+                    logger.log_epoch(epoch + 1, row)
+                    msg = " ".join(f"{k}={v:.4g}" for k, v in row.items())
+                    print(f"epoch {epoch + 1}/{r.epochs} {msg}", flush=True)
+                self._save(epoch + 1, global_step, [{k: v for k, v in h.items()} for h in history])
+                launch.barrier(env)
+            model_dir = self._export(last_knn, logger) if (self.export and env.is_main) else None
+        finally:
+            if logger is not None:
+                logger.close()
+        return PretrainResult(self.run_dir, model_dir, r.epochs, last_knn, history)
+
+    def _nan_message(self, value: float, epoch: int, step: int, lr: float, start_epoch: int) -> str:
+        ckpt = self.run_dir / CHECKPOINT_NAME
+        if epoch > start_epoch or self.state is not None:
+            kept = f"the last good checkpoint {ckpt} (epoch {epoch}) is intact"
+        else:
+            kept = "no checkpoint was written yet"
+        return (f"loss became {value} at epoch {epoch + 1} step {step + 1} (lr {lr:.4g}); training stopped, {kept}; "
+                "lower optim.lr, add warmup or use precision fp32")
+
+    # ------------------------------------------------------------------ export
+    def _export(self, knn: dict[str, float], logger) -> Path:  # noqa: ANN001
+        from cl_zoo.checkpoint import save_pretrained
+
+        r = self.recipe
+        backbone = self.method.backbone
+        cfg = backbone.pretrained_cfg
+        view0 = self.view_configs[0]
+        updates: dict[str, Any] = {
+            "method": r.method,
+            "dataset": r.data.dataset or Path(str(self.train_data.source).rstrip("/")).name,
+            "epochs": r.epochs,
+            "input_size": (3, r.data.image_size, r.data.image_size),
+        }
+        if view0.mean is not None:
+            updates.update(mean=tuple(view0.mean), std=tuple(view0.std))
+        backbone.pretrained_cfg = dataclasses.replace(cfg, **updates)
+        metrics = {f"{k}": round(float(v), 6) for k, v in knn.items()}
+        curve = logger.plot(title=f"{r.method} {r.arch}") if logger is not None else None
+        model_dir = self.run_dir / "model"
+        sections = {}
+        if knn:
+            where = getattr(self, "monitor_name", "held-out data")
+            lines = [f"Online kNN monitor (k in {list(KNN_KS)}, T={KNN_TEMPERATURE}, cosine) on {where}, "
+                     f"image size {r.data.image_size}, after epoch {r.epochs}:", ""]
+            lines += [f"- {k}: {100 * v:.2f}%" for k, v in sorted(knn.items())]
+            if curve is not None:
+                lines += ["", "![loss and kNN accuracy per epoch](curves.png)"]
+            sections["Training"] = "\n".join(lines)
+        was = backbone.training
+        backbone.eval()
+        save_pretrained(backbone, model_dir, recipe=r.to_dict(), metrics=metrics, card_sections=sections)
+        backbone.train(was)
+        if curve is not None:
+            tmp = model_dir / ".curves.png.tmp"
+            tmp.write_bytes(curve.read_bytes())
+            os.replace(tmp, model_dir / "curves.png")
+        return model_dir
+
+
+def pretrain(
+    recipe: Recipe,
+    data: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    **kwargs: Any,
+) -> PretrainResult:
+    """Train ``recipe`` on ``data`` into run folder ``out``; see :class:`Trainer` for options."""
+    return Trainer(recipe, data, out, **kwargs).fit()
