@@ -23,6 +23,10 @@ _METHOD_PATHS: dict[str, str] = {
     "mocov2": "cl_zoo.methods.mocov2:MoCoV2",
     "dcl": "cl_zoo.methods.dcl:DCL",
     "dclw": "cl_zoo.methods.dcl:DCLW",
+    "simo": "cl_zoo.methods.simo:SiMo",
+    "jcl": "cl_zoo.methods.jcl:JCL",
+    "cmc": "cl_zoo.methods.cmc:CMC",
+    "cacr": "cl_zoo.methods.cacr:CACR",
 }
 
 

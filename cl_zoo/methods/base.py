@@ -78,7 +78,7 @@ class ContrastiveMethod(nn.Module):
     """
 
     name: ClassVar[str] = ""
-    default_augment: ClassVar[str] = "simclr_cifar"
+    default_augment: ClassVar[str] = "simclr"
     default_sync_bn: ClassVar[bool] = False
 
     backbone: nn.Module

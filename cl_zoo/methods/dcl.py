@@ -18,7 +18,7 @@ class DCL(TwoViewInBatchMethod):
     """Decoupled contrastive learning; ``temperature`` 0.1 (ImageNet, appendix A.4) to 0.2 (CIFAR)."""
 
     name = "dcl"
-    default_augment = "simclr_cifar"
+    default_augment = "dcl"
 
     def __init__(self, backbone: nn.Module, *, temperature: float = 0.1, **kwargs: object) -> None:
         super().__init__(backbone, temperature=temperature, **kwargs)  # type: ignore[arg-type]
@@ -31,7 +31,7 @@ class DCLW(TwoViewInBatchMethod):
     """DCL with von Mises-Fisher positive weighting (``sigma`` 0.5, the paper's value)."""
 
     name = "dclw"
-    default_augment = "simclr_cifar"
+    default_augment = "dcl"
 
     def __init__(
         self, backbone: nn.Module, *, temperature: float = 0.1, sigma: float = 0.5, **kwargs: object

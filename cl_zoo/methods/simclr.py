@@ -64,7 +64,7 @@ class SimCLR(TwoViewInBatchMethod):
     """SimCLR with NT-Xent; ``temperature`` 0.5 on CIFAR (SimCLR B.9), 0.1 on ImageNet (Table 5)."""
 
     name = "simclr"
-    default_augment = "simclr_cifar"
+    default_augment = "simclr"
 
     def __init__(self, backbone: nn.Module, *, temperature: float = 0.5, **kwargs: object) -> None:
         super().__init__(backbone, temperature=temperature, **kwargs)  # type: ignore[arg-type]

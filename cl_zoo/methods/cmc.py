@@ -1,0 +1,115 @@
+"""CMC (Tian, Krishnan, Isola, "Contrastive Multiview Coding", ECCV 2020), L + ab views.
+
+The backbone is a :class:`cl_zoo.models.cmc_dual.CMCDualEncoder`: one encoder per colour view, and
+``forward_views`` splits an RGB crop into L and ab and returns both pooled features. The two views
+of an image therefore come from the *same* crop, so the data pipeline produces one augmented view
+per image (``num_views = 1``, the ``cmc`` preset: crop + flip, RGB in [0, 1]); the exported
+representation is the concatenation of both encoders' features.
+
+Each view gets its own projection head (CMC's code: one linear layer to 128-d, ``head_layers=1``) and
+the two embeddings are contrasted either
+
+* in-batch (``negatives="in_batch"``): the symmetric InfoNCE of Eq. 4 against the other images of the
+  (globally gathered) batch, or
+* with a memory bank (``negatives="memory_bank"``, Sec. 3.4): one entry per training image and view,
+  momentum 0.5, K sampled negatives (16384 on ImageNet), scored with NCE (``objective="nce"``,
+  supplement B.1) or a (K+1)-way softmax (``objective="softmax"``). ``bank_size`` must be the number
+  of training images (``index`` addresses it). Under DDP every rank scores its local batch and then
+  writes the gathered batch into its bank, so all banks stay identical.
+
+The paper's default is two views (L, ab) and tau 0.07.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from cl_zoo.losses.cmc import MemoryBank, cmc_bank_loss, cmc_loss
+from cl_zoo.methods.base import ContrastiveMethod
+from cl_zoo.methods.heads import ProjectionHead
+from cl_zoo.train.dist import gather
+
+
+class CMC(ContrastiveMethod):
+    """CMC with a dual (L, ab) encoder; in-batch or memory-bank negatives."""
+
+    name = "cmc"
+    default_augment = "cmc"
+
+    def __init__(
+        self,
+        backbone: nn.Module,
+        *,
+        temperature: float = 0.07,
+        negatives: str = "in_batch",
+        objective: str = "softmax",
+        num_negatives: int = 16384,
+        bank_size: int | None = None,
+        bank_momentum: float = 0.5,
+        head_hidden_dim: int | None = None,
+        head_out_dim: int = 128,
+        head_layers: int = 1,
+        head_bn: bool = False,
+        **base_kwargs: object,
+    ) -> None:
+        if not hasattr(backbone, "forward_views") or not hasattr(backbone, "view_features"):
+            raise ValueError(
+                f"CMC needs a dual-view backbone with forward_views (e.g. cmc_resnet50x05_lab), "
+                f"got {getattr(backbone, 'arch_name', type(backbone).__name__)}"
+            )
+        super().__init__(backbone, num_views=1, **base_kwargs)  # type: ignore[arg-type]
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        if negatives not in ("in_batch", "memory_bank"):
+            raise ValueError(f"negatives must be 'in_batch' or 'memory_bank', got {negatives!r}")
+        if objective not in ("nce", "softmax"):
+            raise ValueError(f"objective must be 'nce' or 'softmax', got {objective!r}")
+        self.temperature = float(temperature)
+        self.negatives = negatives
+        self.objective = objective
+        self.num_negatives = int(num_negatives)
+        self.heads = nn.ModuleList(
+            ProjectionHead(int(d), head_hidden_dim, head_out_dim, num_layers=head_layers, batch_norm=head_bn)
+            for d in backbone.view_features  # type: ignore[attr-defined]
+        )
+        self.bank: MemoryBank | None = None
+        if negatives == "memory_bank":
+            if bank_size is None or bank_size < 2:
+                raise ValueError("negatives='memory_bank' needs bank_size = the number of training images")
+            if self.num_negatives < 1:
+                raise ValueError(f"num_negatives must be >= 1, got {num_negatives}")
+            self.bank = MemoryBank(bank_size, head_out_dim, num_views=len(self.heads), momentum=bank_momentum)
+
+    def embed_views(self, x: Tensor) -> list[Tensor]:
+        feats = self.backbone.forward_views(x)  # type: ignore[operator]
+        return [head(f) for head, f in zip(self.heads, feats)]
+
+    def training_step(
+        self, views: list[Tensor], index: Tensor, epoch_progress: float
+    ) -> tuple[Tensor, dict[str, float]]:
+        self.check_views(views)
+        z = self.embed_views(views[0])
+        if self.bank is None:
+            z_all = [gather(v, grad=True) for v in z]
+            loss = cmc_loss(z_all, self.temperature)
+        else:
+            if index.max() >= self.bank.num_entries or index.min() < 0:
+                raise ValueError(f"dataset index outside the memory bank of {self.bank.num_entries} entries")
+            loss = cmc_bank_loss(
+                z, index, self.bank, self.num_negatives, self.temperature, self.objective, update=False
+            )
+            with torch.no_grad():
+                index_all = gather(index.to(z[0].device), grad=False)
+                for v, emb in enumerate(z):
+                    self.bank.update(v, index_all, gather(emb.float(), grad=False))
+        with torch.no_grad():
+            pos = F.cosine_similarity(z[0].detach().float(), z[1].detach().float(), dim=1).mean()
+        return loss, self.logs(loss=loss, pos_sim=pos)
+
+    def extra_repr(self) -> str:
+        return (
+            f"temperature={self.temperature}, negatives={self.negatives!r}, objective={self.objective!r}, "
+            f"num_negatives={self.num_negatives}, " + super().extra_repr()
+        )

@@ -1,0 +1,235 @@
+"""Methods: the trainer-facing interface, momentum/queue mechanics, resume exactness, dist.gather."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cl_zoo.errors import ClZooError
+from cl_zoo.methods import METHODS, build_method
+from cl_zoo.methods.heads import ProjectionHead
+from cl_zoo.methods.momentum import ema_update, momentum_at
+from cl_zoo.methods.queue import EmbeddingQueue
+from cl_zoo.train import dist
+
+TINY = dict(model_args=dict(width=0.125), head_hidden_dim=32, head_out_dim=16)
+B, SIZE = 8, 16
+
+# name -> (arch, extra hparams) small enough for a 2-core CI machine.
+CASES = {
+    "simclr": ("resnet18_cifar", {}),
+    "dcl": ("resnet18_cifar", {}),
+    "dclw": ("resnet18_cifar", {}),
+    "mocov2": ("resnet18_cifar", dict(queue_size=20)),
+    "mocov2_eqco_sym": ("resnet18_cifar", dict(queue_size=20, eqco_alpha=4096.0, symmetric=True)),
+    "simo": ("resnet18_cifar", dict(num_negatives=3, alpha=256.0)),
+    "simo_sym": ("resnet18_cifar", dict(symmetric=True)),
+    "jcl": ("resnet18_cifar", dict(queue_size=20, num_keys=3, lambda_ramp=True, epochs=4, lam=2.0)),
+    "cmc": ("cmc_resnet18_cifar_lab", dict(head_hidden_dim=None)),
+    "cmc_bank_nce": ("cmc_resnet18_cifar_lab", dict(negatives="memory_bank", objective="nce", bank_size=32, num_negatives=10)),
+    "cmc_bank_softmax": ("cmc_resnet18_cifar_lab", dict(negatives="memory_bank", objective="softmax", bank_size=32, num_negatives=10)),
+    "cacr": ("resnet18_cifar", dict(num_positives=2, t_neg=0.9)),
+    "cacr_moco": ("resnet18_cifar", dict(num_positives=1, form="moco", queue_size=20)),
+}
+
+
+def make(case: str, **extra: object) -> torch.nn.Module:
+    arch, hp = CASES[case]
+    name = case.split("_")[0]
+    kwargs = {**TINY, **hp, **extra}
+    if arch == "cmc_resnet18_cifar_lab":
+        kwargs["model_args"] = dict(width=0.0625)
+    torch.manual_seed(0)
+    return build_method(name, arch, **kwargs)
+
+
+def make_views(method: torch.nn.Module, seed: int = 1) -> tuple[list[torch.Tensor], torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    views = [torch.randn(B, 3, SIZE, SIZE, generator=g) for _ in range(method.num_views)]
+    if method.name == "cmc":  # the dual encoder takes RGB in [0, 1]
+        views = [v.sigmoid() for v in views]
+    return views, torch.randperm(32, generator=g)[:B]
+
+
+def test_registry_covers_all_methods() -> None:
+    assert {"simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr"} <= set(METHODS)
+    for name, cls in METHODS.items():
+        assert cls.name == name
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_training_step_is_finite_and_reaches_backbone(case: str) -> None:
+    method = make(case)
+    views, index = make_views(method)
+    loss, logs = method(views, index, 0.5)
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    assert all(isinstance(v, float) for v in logs.values()) and logs["loss"] == pytest.approx(loss.item())
+    loss.backward()
+    grads = [p.grad for p in method.backbone.parameters()]
+    assert all(g is not None for g in grads)
+    assert sum(g.abs().sum().item() for g in grads) > 0
+    # Momentum encoders are frozen and absent from the optimizer's groups.
+    group_params = {id(p) for g in method.parameter_groups(1e-4) for p in g["params"]}
+    assert group_params == {id(p) for p in method.parameters() if p.requires_grad}
+    if hasattr(method, "key_encoder"):
+        assert all(not p.requires_grad and p.grad is None for p in method.key_encoder.parameters())
+    method.after_optimizer_step(0.5)
+
+
+def test_views_and_sync_bn_defaults() -> None:
+    assert make("jcl").num_views == 4 and make("jcl").view_config.presets() == ["mocov2"] * 4
+    assert make("cacr").num_views == 3
+    assert make("cmc").num_views == 1 and make("cmc").view_config.preset == "cmc"
+    assert make("simo").sync_bn and make("mocov2").sync_bn and not make("simclr").sync_bn
+    assert make("simclr", augment="cifar").view_config.preset == "cifar"
+
+
+def test_no_decay_groups() -> None:
+    method = make("simclr", no_decay_norm_bias=True)
+    groups = {g["name"]: g for g in method.parameter_groups(1e-6)}
+    assert groups["no_decay"]["weight_decay"] == 0.0 and groups["decay"]["weight_decay"] == 1e-6
+    assert all(p.ndim <= 1 for p in groups["no_decay"]["params"])
+    assert all(p.ndim > 1 for p in groups["decay"]["params"])
+
+
+def test_momentum_update_is_ema() -> None:
+    method = make("mocov2", momentum=0.9)
+    before = copy.deepcopy(method.key_encoder.encoder.state_dict())
+    with torch.no_grad():
+        for p in method.backbone.parameters():
+            p.add_(1.0)
+    query = {**{f"backbone.{k}": v for k, v in method.backbone.state_dict().items()},
+             **{f"head.{k}": v for k, v in method.head.state_dict().items()}}
+    method.after_optimizer_step(1.0)
+    after = method.key_encoder.encoder.state_dict()
+    names = dict(method.key_encoder.encoder.named_parameters())
+    assert names
+    for name in names:
+        expected = 0.9 * before[name] + 0.1 * query[name]
+        torch.testing.assert_close(after[name], expected)
+    # Buffers (BN running stats) are not averaged.
+    for name, buf in method.key_encoder.encoder.named_buffers():
+        assert torch.equal(buf, before[name])
+
+
+def test_momentum_schedules() -> None:
+    assert momentum_at(0.99, 5.0, 10, "constant") == 0.99
+    assert momentum_at(0.99, 0.0, 10, "cosine") == pytest.approx(0.99)
+    assert momentum_at(0.99, 10.0, 10, "cosine") == pytest.approx(1.0)
+    assert momentum_at(0.99, 5.0, 10, "cosine") == pytest.approx(0.995)
+    with pytest.raises(ValueError):
+        momentum_at(0.99, 1.0, None, "cosine")
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    expected = [0.75 * p.detach() + 0.25 * q.detach() for p, q in zip(a.parameters(), b.parameters())]
+    ema_update(a, b, 0.75)
+    for p, e in zip(a.parameters(), expected):
+        torch.testing.assert_close(p, e)
+
+
+def test_queue_fifo_wraparound_and_state_dict() -> None:
+    q = EmbeddingQueue(5, 2, normalize=False)
+    q.enqueue(torch.tensor([[1.0, 0], [2, 0], [3, 0]]))
+    assert int(q.ptr) == 3
+    q.enqueue(torch.tensor([[4.0, 0], [5, 0], [6, 0]]))  # 6 wraps to slot 0
+    assert int(q.ptr) == 1
+    assert q.queue[:, 0].tolist() == [6, 2, 3, 4, 5]
+    q.enqueue(torch.arange(14.0).view(7, 2))  # larger than the queue: keep the newest 5
+    assert q.queue[:, 0].tolist() == [4, 6, 8, 10, 12] and int(q.ptr) == 0
+    state = q.state_dict()
+    assert set(state) == {"queue", "ptr"}
+    fresh = EmbeddingQueue(5, 2, normalize=False)
+    fresh.load_state_dict(state)
+    assert torch.equal(fresh.queue, q.queue) and int(fresh.ptr) == 0
+    with pytest.raises(ValueError):
+        q.enqueue(torch.zeros(2, 3))
+
+
+def test_mocov2_enqueues_normalised_keys() -> None:
+    method = make("mocov2")
+    assert "queue.queue" in method.state_dict() and "queue.ptr" in method.state_dict()
+    views, index = make_views(method)
+    method(views, index, 0.0)
+    assert int(method.queue.ptr) == B % 20
+    with torch.no_grad():
+        k = F.normalize(method.key_encoder(views[1]).float(), dim=1)
+    torch.testing.assert_close(method.queue.queue[:B], k, atol=1e-5, rtol=1e-4)
+
+
+def test_jcl_enqueues_mean_keys_and_ramps_lambda() -> None:
+    method = make("jcl")
+    views, index = make_views(method)
+    _, logs = method(views, index, 2.5)
+    assert logs["lam"] == pytest.approx(2.0 * 3 / 4)
+    assert method.lambda_at(0.2) == pytest.approx(0.5) and method.lambda_at(9.0) == pytest.approx(2.0)
+    with torch.no_grad():
+        keys = torch.stack([F.normalize(method.key_encoder(v).float(), dim=1) for v in views[1:]], dim=1)
+    # Keys were computed in one concatenated forward (BN in train mode): recompute the same way.
+    with torch.no_grad():
+        cat = F.normalize(method.key_encoder(torch.cat(views[1:])).float(), dim=1)
+        mu = cat.view(3, B, -1).mean(dim=0)
+    torch.testing.assert_close(method.queue.queue[:B], mu, atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(method.queue.queue[:B].norm(dim=1), torch.ones(B))  # means are not renormalised
+    assert keys.shape == (B, 3, 16)
+    with pytest.raises(ClZooError, match="epochs"):
+        build_method("jcl", "resnet18_cifar", lambda_ramp=True, **TINY)
+
+
+@pytest.mark.parametrize("case", ["mocov2", "simo", "jcl", "cmc_bank_nce", "cacr_moco", "dclw"])
+def test_state_dict_round_trip_reproduces_next_loss(case: str) -> None:
+    method = make(case)
+    opt = torch.optim.SGD([p for g in method.parameter_groups(0.0) for p in g["params"]], lr=0.1)
+    views, index = make_views(method, seed=1)
+    loss, _ = method(views, index, 0.0)
+    loss.backward()
+    opt.step()
+    method.after_optimizer_step(0.1)
+    state = copy.deepcopy(method.state_dict())
+    restored = make(case)
+    restored.load_state_dict(state)
+    views2, index2 = make_views(method, seed=2)
+    torch.manual_seed(5)
+    expected, _ = method(views2, index2, 0.2)
+    torch.manual_seed(5)
+    got, _ = restored(views2, index2, 0.2)
+    assert torch.equal(expected.detach(), got.detach())
+
+
+def test_simo_rejects_k_not_below_batch() -> None:
+    method = make("simo", num_negatives=B)
+    views, index = make_views(method)
+    with pytest.raises(ValueError, match="K=8 needs a global batch of at least K\\+1=9"):
+        method(views, index, 0.0)
+
+
+def test_build_method_errors_are_one_line() -> None:
+    with pytest.raises(ClZooError, match="did you mean temperature"):
+        build_method("simclr", "resnet18_cifar", tempreature=0.1, **TINY)
+    with pytest.raises(ClZooError, match="unknown method"):
+        build_method("simclrr", "resnet18_cifar")
+    with pytest.raises(ClZooError, match="forward_views"):
+        build_method("cmc", "resnet18_cifar", **TINY)
+    with pytest.raises(ClZooError, match="bank_size"):
+        build_method("cmc", "cmc_resnet18_cifar_lab", negatives="memory_bank", model_args=dict(width=0.0625))
+
+
+def test_projection_head_bn_layout() -> None:
+    head = ProjectionHead(8, 16, 4, batch_norm=True)
+    kinds = [type(m).__name__ for m in head.net]
+    assert kinds == ["Linear", "BatchNorm1d", "ReLU", "Linear", "BatchNorm1d"]
+    assert head.net[0].bias is None and not head.net[4].affine
+    assert ProjectionHead(8, None, 4, num_layers=1)(torch.randn(2, 8)).shape == (2, 4)
+
+
+def test_gather_single_process_identity_and_gradient() -> None:
+    assert not dist.is_distributed() and dist.get_rank() == 0 and dist.get_world_size() == 1 and dist.is_main()
+    x = torch.randn(4, 3, requires_grad=True)
+    y = dist.gather(x, grad=True)
+    assert torch.equal(y, x) and y.requires_grad
+    (y * 2).sum().backward()
+    torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+    z = dist.gather(x, grad=False)
+    assert torch.equal(z, x) and not z.requires_grad
+    assert torch.equal(dist.local_slice(y, 4), y)
