@@ -131,7 +131,7 @@ class _DecodeDataset(Dataset):
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
         from cl_zoo.data.memory import _decode_one  # the exact decode the in-memory cache uses
 
-        return i, torch.from_numpy(_decode_one(self.paths[i], self.size))
+        return i, torch.from_numpy(_decode_one(self.paths[i], self.size).copy())
 
 
 class _PlanSampler(Sampler[list[int]]):

@@ -236,9 +236,12 @@ class Trainer:
     def _prepare_model(self) -> None:
         env, r = self.env, self.recipe
         method = self.method
-        if (r.sync_bn or method.sync_bn) and env.distributed and env.device.type == "cuda":
-            method = nn.SyncBatchNorm.convert_sync_batchnorm(method)
-            self.method = method
+        if method.sync_bn and env.distributed:
+            if env.device.type == "cuda":
+                method = nn.SyncBatchNorm.convert_sync_batchnorm(method)
+                self.method = method
+            elif env.is_main:
+                print("note: SyncBatchNorm needs CUDA; BatchNorm statistics stay per process on CPU")
         method.to(env.device)
         if env.device.type == "cuda":
             method.to(memory_format=torch.channels_last)

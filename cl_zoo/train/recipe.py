@@ -18,7 +18,7 @@ YAML shape (every key optional; defaults below)::
     epochs: 200
     batch_size: 256
     precision: bf16             # bf16 | fp16 | fp32
-    sync_bn: false
+    sync_bn: null               # null: the method's default
     compile: false
     knn_every: 10               # 0 disables the online kNN monitor
     seed: 0
@@ -90,7 +90,7 @@ class Recipe:
     epochs: int = 200
     batch_size: int = 256
     precision: Literal["bf16", "fp16", "fp32"] = "bf16"
-    sync_bn: bool = False
+    sync_bn: bool | None = None  # None: the method's default (MoCo-style methods: true)
     compile: bool = False
     knn_every: int = 10
     seed: int = 0
@@ -235,6 +235,9 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        non_none = [a for a in args if a is not type(None)]
+        if len(non_none) == 1:  # Optional[X]: X's own message, which names the expected values
+            return _coerce(value, non_none[0], key, source)
         for arg in args:
             if arg is type(None):
                 continue

@@ -1,0 +1,156 @@
+"""`cl-zoo pretrain` end to end on tiny data (CPU), the recipe schema and the one-line input errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from PIL import Image
+
+from cl_zoo.cli import main
+from cl_zoo.errors import ClZooError
+from cl_zoo.train.recipe import Recipe
+
+TINY = [  # a ~40k-parameter DCL: raw pixels -> small MLP head (no BatchNorm anywhere)
+    "--arch", "pixels", "--set", "model_args.input_size=16", "--set", "method_args.head_hidden_dim=32",
+    "--set", "method_args.head_out_dim=16", "--set", "data.augment=cifar", "--image-size", "16",
+]
+
+
+def make_folder(root: Path, classes: int = 3, per_class: int = 16, size: int = 20, seed: int = 0) -> Path:
+    """Class-coloured noise images: separable enough for the kNN monitor to beat chance."""
+    rng = np.random.default_rng(seed)
+    for c in range(classes):
+        (root / f"class{c}").mkdir(parents=True, exist_ok=True)
+        for i in range(per_class):
+            base = np.zeros(3)
+            base[c % 3] = 150
+            img = np.clip(rng.normal(base + 50, 30, (size, size, 3)), 0, 255).astype(np.uint8)
+            Image.fromarray(img).save(root / f"class{c}" / f"{i:03d}.png")
+    return root
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory) -> Path:
+    return make_folder(tmp_path_factory.mktemp("data") / "train")
+
+
+def run_cli(args: list[str], capsys) -> tuple[int, str]:
+    code = main(["pretrain", "--no-progress", *args])
+    captured = capsys.readouterr()
+    return code, captured.err.strip()
+
+
+# ---------------------------------------------------------------------- recipe
+def test_recipe_types_and_unknown_keys(tmp_path):
+    r = Recipe.from_dict(yaml.safe_load("optim: {lr: 1, weight_decay: 5e-4}\nschedule: {warmup_epochs: 2}"))
+    assert r.optim.lr == 1.0 and r.optim.weight_decay == pytest.approx(5e-4)  # YAML 1.1 reads 5e-4 as str
+    assert r.effective_lr == pytest.approx(1.0 * r.batch_size / 256)
+    assert r.with_overrides({"optim.lr": 0.5, "method_args.temperature": 0.2, "epochs": None}).method_args == {"temperature": 0.2}
+    for bad, words in [
+        ({"optm": {}}, "unknown key optm (did you mean optim?)"),
+        ({"optim": {"lr": "fast"}}, "optim.lr must be a number"),
+        ({"epochs": 1.5}, "epochs must be an integer"),
+        ({"sync_bn": 1}, "sync_bn must be true or false"),
+        ({"precision": "fp8"}, "precision must be one of bf16, fp16, fp32"),
+        ({"schedule": {"milestones": [5, "x"]}}, "schedule.milestones[1] must be an integer"),
+        ({"batch_size": 0}, "batch_size must be positive"),
+    ]:
+        with pytest.raises(ClZooError) as err:
+            Recipe.from_dict(bad)
+        assert words in str(err.value) and "\n" not in str(err.value)
+    path = tmp_path / "r.yaml"
+    path.write_text("method: dcl\ndata: {image_sise: 32}\n")
+    with pytest.raises(ClZooError, match="unknown key data.image_sise"):
+        Recipe.load(path)
+    with pytest.raises(ClZooError, match="unknown recipe key"):
+        Recipe().with_overrides({"optim.lrr": 1.0})
+
+
+# ---------------------------------------------------------------------- bad input
+def test_bad_input_is_one_line_before_training(tmp_path, folder, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "run"
+    cases = [
+        (["--method", "dcll", "--data", str(folder)], "unknown method 'dcll'"),
+        (["--method", "dcl", "--arch", "resnet19", "--data", str(folder)], "resnet19"),
+        (["--method", "dcl", *TINY, "--data", str(empty)], "empty folder"),
+        (["--method", "dcl", *TINY, "--data", str(tmp_path / "missing")], "data not found"),
+        (["--method", "dcl", *TINY, "--data", str(folder), "--batch-size", "64"], "fewer than one batch of 64"),
+        (["--method", "dcl", *TINY, "--data", str(folder), "--set", "optim.name=rmsprop"], "optim.name must be one of"),
+        (["--method", "dcl", *TINY, "--data", str(folder), "--set", "data.augment=nope"], "unknown augmentation preset"),
+        (["--method", "dcl", *TINY, "--data", str(folder), "--set", "method_args.tau=0.1"], "method_args key 'tau'"),
+        (["--method", "dcl", *TINY, "--data", str(folder), "--resume"], "does not exist"),
+    ]
+    for args, words in cases:
+        code, err = run_cli([*args, "--out", str(out)], capsys)
+        assert code == 2, (args, err)
+        assert err.startswith("error:") and "\n" not in err and words in err, (args, err)
+        assert not (out / "checkpoint.pt").exists()
+    bad = tmp_path / "bad"
+    (bad / "a").mkdir(parents=True)
+    (bad / "a" / "x.jpg").write_bytes(b"not a jpeg")
+    (bad / "b").mkdir()
+    (bad / "b" / "y.jpg").write_bytes(b"nor this")
+    code, err = run_cli(["--method", "dcl", *TINY, "--data", str(bad), "--batch-size", "2", "--out", str(out)], capsys)
+    assert code == 2 and "cannot decode image" in err and "\n" not in err
+
+
+# ---------------------------------------------------------------------- a full tiny run
+def test_pretrain_end_to_end_exports_model(tmp_path, folder, capsys):
+    import cl_zoo
+
+    out = tmp_path / "run"
+    code, err = run_cli(["--method", "dcl", *TINY, "--data", str(folder), "--val", str(folder), "--epochs", "2",
+                         "--batch-size", "16", "--lr", "0.5", "--knn-every", "1", "--seed", "3", "--out", str(out)], capsys)
+    assert code == 0, err
+    rows = (out / "metrics.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert len(rows) == 3 and {"epoch", "loss", "lr", "images_per_s", "knn_k20_top1"} <= set(header)
+    assert (out / "curves.png").stat().st_size > 1000 and any((out / "tb").iterdir())
+    assert yaml.safe_load((out / "recipe.yaml").read_text())["arch"] == "pixels"
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["method"] == "dcl" and config["pretrained_cfg"]["epochs"] == 2
+    assert config["recipe"]["method_args"] == {"head_hidden_dim": 32, "head_out_dim": 16}
+    knn = config["metrics"]["knn_k20_top1"]
+    assert 0.5 < knn <= 1.0  # three colour classes: far above chance (1/3) even for raw pixels
+    card = (out / "model" / "README.md").read_text()
+    assert "kNN" in card and "curves.png" in card and (out / "model" / "curves.png").is_file()
+    model = cl_zoo.load_pretrained(str(out / "model"))
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 2 and state["method"] == "dcl" and "rng" in state and "optimizer" in state
+    assert model.pretrained_cfg.input_size == (3, 16, 16)
+    # A second run into the same folder needs --resume.
+    code, err = run_cli(["--method", "dcl", *TINY, "--data", str(folder), "--out", str(out)], capsys)
+    assert code == 2 and "--resume" in err
+
+
+def test_resnet_step_and_streaming_path_match_in_memory(tmp_path, folder):
+    """The streaming DataLoader path sees exactly the in-memory path's batches and views."""
+    from cl_zoo.train.loop import Trainer
+
+    recipe = Recipe.from_dict({
+        "method": "dcl", "arch": "resnet18_cifar", "model_args": {"width": 0.125},
+        "method_args": {"head_hidden_dim": 32, "head_out_dim": 16}, "data": {"image_size": 16, "augment": "cifar"},
+        "epochs": 1, "batch_size": 16, "knn_every": 0, "precision": "fp32", "workers": 0,
+    })
+    finals = []
+    for stream in (False, True):
+        trainer = Trainer(recipe, folder, tmp_path / f"run{stream}", stream=stream, progress=False, export=False)
+        result = trainer.fit()
+        assert trainer.in_memory is (not stream)
+        finals.append((result.history[-1]["loss"], trainer.method.state_dict()))
+    assert finals[0][0] == pytest.approx(finals[1][0], rel=1e-5)
+    for key, value in finals[0][1].items():
+        torch.testing.assert_close(value, finals[1][1][key], rtol=1e-4, atol=1e-5, msg=key)
