@@ -147,8 +147,8 @@ def save_pretrained(
     to stay small in git); :func:`load_folder` always returns float32.
     """
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     config = model_config(model, recipe=recipe, metrics=metrics, extra_config=extra_config)
+    folder.mkdir(parents=True, exist_ok=True)
     state = {}
     for name, tensor in model.state_dict().items():
         tensor = tensor.detach().to("cpu")

@@ -13,6 +13,7 @@ Two kinds of names:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import fnmatch
@@ -27,6 +28,8 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+# The bundled checkpoint `cl-zoo embed` uses when no --model is given (works offline).
+DEFAULT_MODEL: str = "dcl_resnet18.imagenette64_cpu"
 
 
 @dataclass
@@ -169,7 +172,9 @@ def build_arch(arch: str, cfg: PretrainedCfg | None = None, **kwargs: Any) -> nn
     """Instantiate an architecture and attach its pretrained config (``model.pretrained_cfg``)."""
     entry = get_arch(arch)
     model = entry.builder(**kwargs)
-    model.pretrained_cfg = dataclasses.replace(cfg) if cfg is not None else dataclasses.replace(entry.default_cfg)
+    # A deep copy: dataclasses.replace would share the metrics/sha256 dicts, so a caller recording
+    # metrics on one model would silently edit the registry's defaults for every later model.
+    model.pretrained_cfg = copy.deepcopy(cfg if cfg is not None else entry.default_cfg)
     model.arch_name = arch
     model.model_kwargs = dict(kwargs)
     return model
