@@ -29,6 +29,7 @@ CASES = {
     "simo_sym": ("resnet18_cifar", dict(symmetric=True)),
     "jcl": ("resnet18_cifar", dict(queue_size=20, num_keys=3, lambda_ramp=True, epochs=4, lam=2.0)),
     "cmc": ("cmc_resnet18_cifar_lab", dict(head_hidden_dim=None)),
+    "cmc_multiview": ("resnet18_cifar", dict(num_views=3, graph="full")),
     "cmc_bank_nce": ("cmc_resnet18_cifar_lab", dict(negatives="memory_bank", objective="nce", bank_size=32, num_negatives=10)),
     "cmc_bank_softmax": ("cmc_resnet18_cifar_lab", dict(negatives="memory_bank", objective="softmax", bank_size=32, num_negatives=10)),
     "cacr": ("resnet18_cifar", dict(num_positives=2, t_neg=0.9)),
@@ -49,7 +50,7 @@ def make(case: str, **extra: object) -> torch.nn.Module:
 def make_views(method: torch.nn.Module, seed: int = 1) -> tuple[list[torch.Tensor], torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     views = [torch.randn(B, 3, SIZE, SIZE, generator=g) for _ in range(method.num_views)]
-    if method.name == "cmc":  # the dual encoder takes RGB in [0, 1]
+    if method.name == "cmc" and method.colour_views:  # the dual encoder takes RGB in [0, 1]
         views = [v.sigmoid() for v in views]
     return views, torch.randperm(32, generator=g)[:B]
 
@@ -83,6 +84,7 @@ def test_views_and_sync_bn_defaults() -> None:
     assert make("jcl").num_views == 4 and make("jcl").view_config.presets() == ["mocov2"] * 4
     assert make("cacr").num_views == 3
     assert make("cmc").num_views == 1 and make("cmc").view_config.preset == "cmc"
+    assert make("cmc_multiview").num_views == 3 and make("cmc_multiview").view_config.preset == "simclr"
     assert make("simo").sync_bn and make("mocov2").sync_bn and not make("simclr").sync_bn
     assert make("simclr", augment="cifar").view_config.preset == "cifar"
 
@@ -209,8 +211,8 @@ def test_build_method_errors_are_one_line() -> None:
         build_method("simclr", "resnet18_cifar", tempreature=0.1, **TINY)
     with pytest.raises(ClZooError, match="unknown method"):
         build_method("simclrr", "resnet18_cifar")
-    with pytest.raises(ClZooError, match="forward_views"):
-        build_method("cmc", "resnet18_cifar", **TINY)
+    with pytest.raises(ClZooError, match="num_views must be 1"):
+        build_method("cmc", "cmc_resnet18_cifar_lab", num_views=2, model_args=dict(width=0.0625))
     with pytest.raises(ClZooError, match="bank_size"):
         build_method("cmc", "cmc_resnet18_cifar_lab", negatives="memory_bank", model_args=dict(width=0.0625))
 

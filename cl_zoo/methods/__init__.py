@@ -73,12 +73,12 @@ def _accepted_kwargs(cls: type) -> set[str]:
         if init is None or klass is nn.Module:
             continue
         params = inspect.signature(init).parameters
+        internal = ("self", "backbone", "num_views") if klass is ContrastiveMethod else ("self", "backbone")
         names.update(
-            n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in ("self", "backbone")
+            n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in internal
         )
         if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
             break
-    names.discard("num_views")
     return names
 
 

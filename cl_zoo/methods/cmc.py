@@ -18,6 +18,11 @@ the two embeddings are contrasted either
   writes the gathered batch into its bank, so all banks stay identical.
 
 The paper's default is two views (L, ab) and tau 0.07.
+
+With a plain single-input backbone (e.g. ``resnet18_cifar``) the views are instead ``num_views``
+augmentations of the image through one shared encoder and head, contrasted over the core-view
+(Eq. 7) or full graph (Eq. 8): the "CMC (K=4)" multi-positive baseline of the CACR paper's
+small-scale tables.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from torch import Tensor, nn
 
 from cl_zoo.losses.cmc import MemoryBank, cmc_bank_loss, cmc_loss
 from cl_zoo.methods.base import ContrastiveMethod
-from cl_zoo.methods.heads import ProjectionHead
+from cl_zoo.methods.heads import ProjectionHead, feature_dim
 from cl_zoo.train.dist import gather
 
 
@@ -52,14 +57,28 @@ class CMC(ContrastiveMethod):
         head_out_dim: int = 128,
         head_layers: int = 1,
         head_bn: bool = False,
+        num_views: int | None = None,
+        graph: str = "core",
         **base_kwargs: object,
     ) -> None:
-        if not hasattr(backbone, "forward_views") or not hasattr(backbone, "view_features"):
-            raise ValueError(
-                f"CMC needs a dual-view backbone with forward_views (e.g. cmc_resnet50x05_lab), "
-                f"got {getattr(backbone, 'arch_name', type(backbone).__name__)}"
-            )
-        super().__init__(backbone, num_views=1, **base_kwargs)  # type: ignore[arg-type]
+        colour_views = hasattr(backbone, "forward_views") and hasattr(backbone, "view_features")
+        if colour_views:
+            if num_views not in (None, 1):
+                raise ValueError("with a dual (L, ab) backbone CMC takes one augmented crop per image: num_views must be 1")
+            view_dims = [int(d) for d in backbone.view_features]  # type: ignore[attr-defined]
+            n_aug = 1
+        else:
+            n_aug = 2 if num_views is None else int(num_views)
+            if n_aug < 2:
+                raise ValueError(f"CMC on augmentation views needs num_views >= 2, got {n_aug}")
+            view_dims = [feature_dim(backbone)]
+        if not colour_views and base_kwargs.get("augment") is None:
+            base_kwargs["augment"] = "simclr"  # RGB augmentation views, not the [0, 1] crop of the cmc preset
+        super().__init__(backbone, num_views=n_aug, **base_kwargs)  # type: ignore[arg-type]
+        if graph not in ("core", "full"):
+            raise ValueError(f"graph must be 'core' (Eq. 7) or 'full' (Eq. 8), got {graph!r}")
+        self.graph = graph
+        self.colour_views = colour_views
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if negatives not in ("in_batch", "memory_bank"):
@@ -72,7 +91,7 @@ class CMC(ContrastiveMethod):
         self.num_negatives = int(num_negatives)
         self.heads = nn.ModuleList(
             ProjectionHead(int(d), head_hidden_dim, head_out_dim, num_layers=head_layers, batch_norm=head_bn)
-            for d in backbone.view_features  # type: ignore[attr-defined]
+            for d in view_dims
         )
         self.bank: MemoryBank | None = None
         if negatives == "memory_bank":
@@ -80,25 +99,30 @@ class CMC(ContrastiveMethod):
                 raise ValueError("negatives='memory_bank' needs bank_size = the number of training images")
             if self.num_negatives < 1:
                 raise ValueError(f"num_negatives must be >= 1, got {num_negatives}")
-            self.bank = MemoryBank(bank_size, head_out_dim, num_views=len(self.heads), momentum=bank_momentum)
+            self.bank = MemoryBank(
+                bank_size, head_out_dim, num_views=len(view_dims) if self.colour_views else n_aug, momentum=bank_momentum
+            )
 
-    def embed_views(self, x: Tensor) -> list[Tensor]:
-        feats = self.backbone.forward_views(x)  # type: ignore[operator]
-        return [head(f) for head, f in zip(self.heads, feats)]
+    def embed_views(self, views: list[Tensor]) -> list[Tensor]:
+        """One embedding per CMC view: (L, ab) of the single crop, or each augmented view."""
+        if self.colour_views:
+            feats = self.backbone.forward_views(views[0])  # type: ignore[operator]
+            return [head(f) for head, f in zip(self.heads, feats)]
+        return [self.heads[0](self.backbone.forward_features(v)) for v in views]
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
     ) -> tuple[Tensor, dict[str, float]]:
         self.check_views(views)
-        z = self.embed_views(views[0])
+        z = self.embed_views(views)
         if self.bank is None:
             z_all = [gather(v, grad=True) for v in z]
-            loss = cmc_loss(z_all, self.temperature)
+            loss = cmc_loss(z_all, self.temperature, self.graph)
         else:
             if index.max() >= self.bank.num_entries or index.min() < 0:
                 raise ValueError(f"dataset index outside the memory bank of {self.bank.num_entries} entries")
             loss = cmc_bank_loss(
-                z, index, self.bank, self.num_negatives, self.temperature, self.objective, update=False
+                z, index, self.bank, self.num_negatives, self.temperature, self.objective, self.graph, update=False
             )
             with torch.no_grad():
                 index_all = gather(index.to(z[0].device), grad=False)
@@ -111,5 +135,5 @@ class CMC(ContrastiveMethod):
     def extra_repr(self) -> str:
         return (
             f"temperature={self.temperature}, negatives={self.negatives!r}, objective={self.objective!r}, "
-            f"num_negatives={self.num_negatives}, " + super().extra_repr()
+            f"num_negatives={self.num_negatives}, graph={self.graph!r}, " + super().extra_repr()
         )
