@@ -1,0 +1,695 @@
+"""Turning image files into feature vectors, fast and resumably.
+
+``extract_features`` is the one loop every consumer shares (``cl-zoo embed``, ``cl_zoo.embed``,
+k-NN and linear evaluation), so its choices matter everywhere:
+
+* preprocessing comes from ``model.pretrained_cfg`` (shorter side to ``resize_size`` with the
+  model's interpolation, centre crop to ``input_size``, mean/std), so features match training;
+* DataLoader workers decode JPEGs in draft mode (DCT-scaled) and resample only the region that
+  survives the centre crop, then hand back uint8 arrays: a quarter of the bytes of float32, and the
+  float conversion and normalisation happen once per batch on the device;
+* the model runs in ``inference_mode``, channels-last, with BatchNorm folded into convolutions
+  (exact up to float rounding) and, on CUDA, under bf16/fp16 autocast when asked;
+* the path list is cut into fixed chunks of whole batches. A chunk is the unit of progress files
+  (``progress_dir``), of ``--resume`` and of ``torchrun`` sharding, and because batches never
+  straddle chunks, a resumed or sharded run computes exactly the batches an uninterrupted single
+  process would, so its output is the same bytes.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+from PIL import Image
+
+from cl_zoo.data.images import ImageDecodeError, discover_images, load_image
+from cl_zoo.errors import ClZooError, DataError
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+_INTERPOLATION = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "hamming": Image.Resampling.HAMMING,
+}
+_MANIFEST = "manifest.json"
+
+
+# ------------------------------------------------------------------------------------------------
+# preprocessing
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """Shorter side to ``resize_size``, centre crop ``crop_size`` (h, w); returns uint8 HWC RGB.
+
+    Equivalent to torchvision's ``Resize(resize_size)`` + ``CenterCrop(crop_size)`` (same output
+    geometry, same antialiased filter), but only the pixels inside the crop are resampled.
+    """
+
+    resize_size: int
+    crop_size: tuple[int, int]
+    interpolation: str = "bilinear"
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+    @classmethod
+    def from_model(cls, model: nn.Module) -> "Preprocess":
+        cfg = getattr(model, "pretrained_cfg", None)
+        if cfg is None:
+            raise ClZooError(
+                f"{type(model).__name__} has no pretrained_cfg (preprocessing); build it with "
+                "cl_zoo.create_model or load it with cl_zoo.load_model"
+            )
+        if cfg.interpolation not in _INTERPOLATION:
+            raise ClZooError(f"unsupported interpolation {cfg.interpolation!r} in the model's pretrained_cfg")
+        _, h, w = cfg.input_size
+        return cls(
+            resize_size=int(cfg.resize_size),
+            crop_size=(int(h), int(w)),
+            interpolation=cfg.interpolation,
+            mean=tuple(float(m) for m in cfg.mean),  # type: ignore[arg-type]
+            std=tuple(float(s) for s in cfg.std),  # type: ignore[arg-type]
+        )
+
+    @property
+    def min_short_side(self) -> int:
+        return max(self.resize_size, *self.crop_size)
+
+    def __call__(self, img: Image.Image) -> np.ndarray:
+        w, h = img.size
+        ch, cw = self.crop_size
+        size = self.resize_size
+        # torchvision's Resize(int): the shorter side becomes `size`, the longer one is truncated.
+        if w <= h:
+            rw, rh = size, int(size * h / w)
+        else:
+            rw, rh = int(size * w / h), size
+        resample = _INTERPOLATION[self.interpolation]
+        if rw < cw or rh < ch:
+            # Crop larger than the resized image: torchvision pads with black; do the same.
+            resized = img.resize((rw, rh), resample)
+            canvas = Image.new("RGB", (max(rw, cw), max(rh, ch)))
+            canvas.paste(resized, ((canvas.width - rw) // 2, (canvas.height - rh) // 2))
+            img, w, h, rw, rh = canvas, canvas.width, canvas.height, canvas.width, canvas.height
+        left = int(round((rw - cw) / 2.0))
+        top = int(round((rh - ch) / 2.0))
+        sx, sy = w / rw, h / rh
+        box = (left * sx, top * sy, (left + cw) * sx, (top + ch) * sy)
+        out = img.resize((cw, ch), resample, box=box) if (rw, rh) != (w, h) or (cw, ch) != (w, h) else img
+        return np.asarray(out, dtype=np.uint8)
+
+
+class _ImageList(torch.utils.data.Dataset):
+    """Index -> (index, uint8 HWC array or None, failure reason)."""
+
+    def __init__(self, paths: Sequence[str], preprocess: Preprocess) -> None:
+        self.paths = paths
+        self.preprocess = preprocess
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[int, np.ndarray | None, str]:
+        try:
+            img = load_image(self.paths[index], self.preprocess.min_short_side)
+            return index, self.preprocess(img), ""
+        except ImageDecodeError as exc:
+            return index, None, exc.reason
+        except Exception as exc:  # noqa: BLE001 - a codec bug on one file must not end the run
+            return index, None, f"decode error ({type(exc).__name__}: {exc})"
+
+
+def _collate(items: list[tuple[int, np.ndarray | None, str]]) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
+    ok = [(i, a) for i, a, _ in items if a is not None]
+    failed = [(i, r) for i, a, r in items if a is None]
+    pixels = torch.from_numpy(np.stack([a for _, a in ok])) if ok else None
+    return [i for i, _ in ok], pixels, failed
+
+
+# ------------------------------------------------------------------------------------------------
+# model
+# ------------------------------------------------------------------------------------------------
+
+
+class _Features(nn.Module):
+    """``forward_features`` as ``forward`` so that torch.fx traces the feature path only."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fn = getattr(self.model, "forward_features", self.model)
+        return fn(x)
+
+
+def prepare_model(model: nn.Module, device: torch.device, *, fuse: bool = True) -> nn.Module:
+    """An inference copy of ``model``: eval, BN folded into convs when traceable, channels-last.
+
+    The caller's model is never modified.
+    """
+    wrapped = _Features(model).eval()
+    fused: nn.Module | None = None
+    if fuse:
+        try:
+            from torch.fx.experimental.optimization import fuse as fx_fuse
+
+            fused = fx_fuse(wrapped)  # works on a deep copy
+        except Exception:  # noqa: BLE001 - untraceable models simply run unfused
+            fused = None
+    out = fused if fused is not None else copy.deepcopy(wrapped)
+    return out.eval().to(device=device, memory_format=torch.channels_last)
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ClZooError("--device cuda was asked for but no CUDA GPU is available")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ClZooError(f"unknown device {device!r}; use auto, cpu or cuda") from None
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """A digest of the weights and buffers, so progress files are never mixed across models."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# the loop
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FeatureResult:
+    """Features of the images that decoded, plus the ones that did not and why."""
+
+    features: np.ndarray  # float32 [n_ok, D], rows in input order
+    indices: np.ndarray  # int64 [n_ok]: row i is paths[indices[i]] of the input list
+    paths: list[str]  # the n_ok embedded paths, same order as features
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (path, reason), input order
+    seconds: float = 0.0  # wall time of this call
+    computed: int = 0  # images decoded and embedded by this call (not restored from progress)
+    resumed: int = 0  # images restored from progress files
+
+    @property
+    def images_per_second(self) -> float:
+        return self.computed / self.seconds if self.seconds > 0 else 0.0
+
+
+@dataclass
+class _Chunk:
+    features: np.ndarray
+    indices: np.ndarray
+    fail_indices: np.ndarray
+    fail_reasons: list[str]
+
+
+def _dist_info() -> tuple[int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    return rank, world
+
+
+def _barrier(world: int) -> None:
+    if world <= 1:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    dist.barrier()
+
+
+def _atomic_save_chunk(folder: Path, k: int, chunk: _Chunk) -> None:
+    final = folder / f"part-{k:05d}.npz"
+    fd, tmp = tempfile.mkstemp(prefix=f".part-{k:05d}-", suffix=".npz", dir=folder)
+    with os.fdopen(fd, "wb") as fh:
+        np.savez(
+            fh,
+            features=chunk.features,
+            indices=chunk.indices,
+            fail_indices=chunk.fail_indices,
+            fail_reasons=np.array(chunk.fail_reasons, dtype=np.str_),
+        )
+    os.replace(tmp, final)
+
+
+def _load_chunk(folder: Path, k: int) -> _Chunk | None:
+    path = folder / f"part-{k:05d}.npz"
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return _Chunk(z["features"], z["indices"], z["fail_indices"], [str(r) for r in z["fail_reasons"]])
+    except (OSError, ValueError, KeyError):
+        return None  # a damaged part is simply recomputed
+
+
+def _manifest(paths: Sequence[str], model: nn.Module, preprocess: Preprocess, batch_size: int, chunk_size: int, precision: str, device: torch.device) -> dict[str, Any]:
+    return {
+        "count": len(paths),
+        "paths_sha256": hashlib.sha256("\n".join(paths).encode()).hexdigest(),
+        "model_sha256": model_fingerprint(model),
+        "preprocess": [preprocess.resize_size, list(preprocess.crop_size), preprocess.interpolation, list(preprocess.mean), list(preprocess.std)],
+        "batch_size": batch_size,
+        "chunk_size": chunk_size,
+        "precision": precision,
+        "device_type": device.type,
+    }
+
+
+def _open_progress(folder: Path, manifest: dict[str, Any], resume: bool, rank: int, world: int) -> None:
+    """Create (or, with ``resume``, validate) the progress folder; rank 0 owns it."""
+    if rank == 0:
+        existing = folder / _MANIFEST
+        if resume and existing.is_file():
+            try:
+                old = json.loads(existing.read_text())
+            except (OSError, ValueError):
+                old = None
+            if old != manifest:
+                changed = sorted(k for k in manifest if not isinstance(old, dict) or old.get(k) != manifest[k])
+                raise DataError(
+                    f"cannot resume: progress in {folder} was made with different {', '.join(changed)}; "
+                    "run without --resume to start over"
+                )
+        else:
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            tmp = folder / f".{_MANIFEST}.tmp"
+            tmp.write_text(json.dumps(manifest, indent=1))
+            os.replace(tmp, existing)
+    _barrier(world)
+
+
+def _autocast(device: torch.device, precision: str):  # noqa: ANN202 - a context manager
+    if precision == "fp32":
+        return torch.autocast(device.type, enabled=False)
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def _default_workers() -> int:
+    return min(4, os.cpu_count() or 1)
+
+
+def extract_features(
+    model: nn.Module,
+    paths: Sequence[str],
+    *,
+    batch_size: int = 64,
+    device: str | torch.device = "auto",
+    workers: int | None = None,
+    precision: str = "fp32",
+    progress: bool = False,
+    progress_dir: str | os.PathLike[str] | None = None,
+    resume: bool = False,
+    chunk_batches: int | None = None,
+    fuse: bool = True,
+    max_batches: int | None = None,
+) -> FeatureResult:
+    """Embed ``paths`` (kept in the given order) with ``model``; bad files become ``failures``.
+
+    ``progress_dir`` keeps one file per finished chunk so that ``resume=True`` skips them;
+    under ``torchrun`` (``WORLD_SIZE`` > 1) it is required, each rank embeds every
+    ``WORLD_SIZE``-th chunk and all ranks return the merged result. ``max_batches`` stops the call
+    with ``KeyboardInterrupt`` after that many batches (how tests interrupt a run).
+    """
+    start = time.perf_counter()
+    paths = [os.fspath(p) for p in paths]
+    if batch_size < 1:
+        raise ClZooError(f"batch size must be at least 1, got {batch_size}")
+    if precision not in PRECISIONS:
+        raise ClZooError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    workers = _default_workers() if workers is None else workers
+    if workers < 0:
+        raise ClZooError(f"workers must be >= 0, got {workers}")
+    rank, world = _dist_info()
+    dev = resolve_device(device)
+    if world > 1 and dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    if world > 1 and progress_dir is None:
+        raise ClZooError("embedding under torchrun needs a progress folder shared by all ranks (an output path)")
+    preprocess = Preprocess.from_model(model)
+    chunk_batches = chunk_batches or max(1, 1024 // batch_size)
+    chunk_size = batch_size * chunk_batches
+    n_chunks = math.ceil(len(paths) / chunk_size)
+
+    folder = Path(progress_dir) if progress_dir is not None else None
+    done: dict[int, _Chunk] = {}
+    if folder is not None:
+        _open_progress(folder, _manifest(paths, model, preprocess, batch_size, chunk_size, precision, dev), resume, rank, world)
+        if resume:
+            for k in range(n_chunks):
+                chunk = _load_chunk(folder, k)
+                if chunk is not None:
+                    done[k] = chunk
+    todo = [k for k in range(n_chunks) if k % world == rank and k not in done]
+    batches = [
+        list(range(s, min(s + batch_size, (k + 1) * chunk_size, len(paths))))
+        for k in todo
+        for s in range(k * chunk_size, min((k + 1) * chunk_size, len(paths)), batch_size)
+    ]
+    resumed = sum(len(c.indices) + len(c.fail_indices) for c in done.values())
+    computed = 0
+    if batches:
+        computed = _run_batches(
+            model, paths, batches, todo, chunk_size, done, folder, preprocess, dev, workers, precision,
+            fuse, max_batches, progress and rank == 0, resumed,
+        )
+    _barrier(world)
+    if world > 1:
+        assert folder is not None
+        for k in range(n_chunks):
+            if k not in done:
+                chunk = _load_chunk(folder, k)
+                if chunk is None:
+                    raise DataError(f"progress file for chunk {k} is missing in {folder} after all ranks finished")
+                done[k] = chunk
+    return _assemble(paths, done, n_chunks, time.perf_counter() - start, computed, resumed)
+
+
+def _run_batches(
+    model: nn.Module,
+    paths: list[str],
+    batches: list[list[int]],
+    todo: list[int],
+    chunk_size: int,
+    done: dict[int, _Chunk],
+    folder: Path | None,
+    preprocess: Preprocess,
+    dev: torch.device,
+    workers: int,
+    precision: str,
+    fuse: bool,
+    max_batches: int | None,
+    progress: bool,
+    resumed: int,
+) -> int:
+    from tqdm import tqdm
+
+    net = prepare_model(model, dev, fuse=fuse)
+    mean = torch.tensor(preprocess.mean, device=dev).view(1, 3, 1, 1) * 255.0
+    inv_std = 1.0 / (torch.tensor(preprocess.std, device=dev).view(1, 3, 1, 1) * 255.0)
+    loader = torch.utils.data.DataLoader(
+        _ImageList(paths, preprocess),
+        batch_sampler=batches,
+        num_workers=workers,
+        collate_fn=_collate,
+        pin_memory=dev.type == "cuda",
+        prefetch_factor=4 if workers > 0 else None,
+    )
+    pending: dict[int, list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]] = {k: [] for k in todo}
+    remaining = {k: sum(1 for b in batches if b[0] // chunk_size == k) for k in todo}
+    bar = tqdm(
+        total=len(paths), initial=resumed, unit="img", disable=not progress, file=sys.stderr,
+        dynamic_ncols=True, smoothing=0.1,
+    )
+    computed = 0
+    try:
+        with torch.inference_mode(), _autocast(dev, precision):
+            for n, (indices, pixels, failed) in enumerate(loader):
+                if max_batches is not None and n >= max_batches:
+                    raise KeyboardInterrupt(f"stopped after {max_batches} batches")
+                if pixels is not None:
+                    x = pixels.to(dev, non_blocking=True).permute(0, 3, 1, 2)  # NHWC memory = channels-last
+                    x = (x.float() - mean) * inv_std
+                    feats = net(x)
+                    if not isinstance(feats, torch.Tensor):
+                        raise ClZooError(f"{type(model).__name__}.forward_features returned {type(feats).__name__}, not a tensor")
+                    feats = feats.reshape(feats.shape[0], -1).float().cpu().numpy()
+                else:
+                    feats = np.zeros((0, 0), dtype=np.float32)
+                k = (indices[0] if indices else failed[0][0]) // chunk_size
+                pending[k].append((feats, np.asarray(indices, dtype=np.int64), failed))
+                computed += len(indices)
+                bar.update(len(indices) + len(failed))
+                remaining[k] -= 1
+                if remaining[k] == 0:
+                    done[k] = _merge_chunk(pending.pop(k))
+                    if folder is not None:
+                        _atomic_save_chunk(folder, k, done[k])
+    finally:
+        bar.close()
+    return computed
+
+
+def _merge_chunk(parts: list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]) -> _Chunk:
+    feats = [f for f, i, _ in parts if len(i)]
+    dim = feats[0].shape[1] if feats else 0
+    fails = [pair for _, _, fl in parts for pair in fl]
+    return _Chunk(
+        features=np.concatenate(feats).astype(np.float32, copy=False) if feats else np.zeros((0, dim), np.float32),
+        indices=np.concatenate([i for _, i, _ in parts]).astype(np.int64),
+        fail_indices=np.array([i for i, _ in fails], dtype=np.int64),
+        fail_reasons=[r for _, r in fails],
+    )
+
+
+def _assemble(paths: list[str], chunks: dict[int, _Chunk], n_chunks: int, seconds: float, computed: int, resumed: int) -> FeatureResult:
+    ordered = [chunks[k] for k in range(n_chunks)]
+    dims = {c.features.shape[1] for c in ordered if len(c.indices)}
+    if len(dims) > 1:
+        raise DataError(f"progress files disagree on the feature size ({sorted(dims)}); run without --resume")
+    dim = dims.pop() if dims else 0
+    feats = [c.features for c in ordered if len(c.indices)]
+    features = np.concatenate(feats) if feats else np.zeros((0, dim), np.float32)
+    indices = np.concatenate([c.indices for c in ordered]) if ordered else np.zeros(0, np.int64)
+    failures = sorted(((int(i), r) for c in ordered for i, r in zip(c.fail_indices, c.fail_reasons)))
+    return FeatureResult(
+        features=np.ascontiguousarray(features, dtype=np.float32),
+        indices=indices.astype(np.int64),
+        paths=[paths[i] for i in indices],
+        failures=[(paths[i], r) for i, r in failures],
+        seconds=seconds,
+        computed=computed,
+        resumed=resumed,
+    )
+
+
+def embed(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    model: str | os.PathLike[str] | nn.Module | None = None,
+    *,
+    batch_size: int = 64,
+    device: str = "auto",
+    workers: int | None = None,
+    precision: str = "fp32",
+    progress: bool = False,
+) -> tuple[np.ndarray, list[str]]:
+    """Embed image files, folders or path lists; returns float32 ``[N, D]`` and the N paths.
+
+    ``model`` is anything ``cl_zoo.load_model`` accepts (registered name, checkpoint folder or
+    file, ``hf-hub:owner/name``) or a model object; ``None`` means the bundled default
+    (``cl_zoo.registry.DEFAULT_MODEL``). Files that cannot be decoded are left out with a warning;
+    if none can, :class:`DataError` is raised.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files = discover_images(paths)
+    net = load_embedding_model(model)
+    result = extract_features(
+        net, files, batch_size=batch_size, device=device, workers=workers, precision=precision, progress=progress
+    )
+    if not result.paths:
+        raise DataError(f"none of the {len(files)} images could be read (first: {result.failures[0][0]}: {result.failures[0][1]})")
+    if result.failures:
+        warnings.warn(
+            f"skipped {len(result.failures)} unreadable images, e.g. {result.failures[0][0]}: {result.failures[0][1]}",
+            stacklevel=2,
+        )
+    return result.features, result.paths
+
+
+def load_embedding_model(model: str | os.PathLike[str] | nn.Module | None) -> nn.Module:
+    """``load_model`` with the zoo's bundled default for ``None``."""
+    from cl_zoo.hub import load_model
+    from cl_zoo.registry import DEFAULT_MODEL
+
+    return load_model(DEFAULT_MODEL if model is None else model)
+
+
+# ------------------------------------------------------------------------------------------------
+# embedding files
+# ------------------------------------------------------------------------------------------------
+
+OUTPUT_SUFFIXES = (".npy", ".parquet")
+
+
+def sidecar(out: str | os.PathLike[str], suffix: str) -> Path:
+    """``emb.npy`` -> ``emb<suffix>`` (``.paths.txt``, ``.csv``, ``.failures.csv``, ``.parts``...)."""
+    out = Path(out)
+    return out.with_name(out.stem + suffix)
+
+
+def model_metadata(model: nn.Module, spec: str | None) -> dict[str, str]:
+    """What produced a set of embeddings, so they can be queried with the same model later."""
+    from cl_zoo import __version__
+
+    source = str(getattr(model, "checkpoint_source", "") or "")
+    revision = source.rpartition("@")[2] if source.startswith("hf-hub:") and "@" in source else ""
+    files = (getattr(model, "checkpoint_config", None) or {}).get("files") or {}
+    if not revision and files:
+        revision = "sha256:" + str(files[sorted(files)[0]])
+    return {
+        "model": spec or "",
+        "model_name": str(getattr(model, "model_name", "") or type(model).__name__),
+        "source": source,
+        "revision": revision,
+        "cl_zoo_version": __version__,
+    }
+
+
+def _atomic_write(final: Path, write: Any) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, final)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def save_embeddings(
+    out: str | os.PathLike[str], features: np.ndarray, paths: Sequence[str], metadata: dict[str, str], *, half: bool = False
+) -> list[Path]:
+    """Write ``.npy`` (+ ``.paths.txt``, ``.csv``, ``.meta.json``) or ``.parquet``; returns the files.
+
+    Every file is written under a temporary name and renamed into place, the sidecars before the
+    array, so a reader never sees an array without its row names.
+    """
+    out = Path(out)
+    if out.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise ClZooError(f"output {out} must end in .npy or .parquet")
+    array = features.astype(np.float16 if half else np.float32)
+    meta = {**metadata, "dims": str(array.shape[1]), "count": str(len(paths)), "dtype": str(array.dtype)}
+    if out.suffix.lower() == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        values = pa.array(array.reshape(-1), type=pa.float16() if half else pa.float32())
+        column = pa.FixedSizeListArray.from_arrays(values, array.shape[1]) if len(paths) else pa.array([], pa.list_(pa.float32(), array.shape[1]))
+        table = pa.table({"path": pa.array(list(paths), pa.string()), "embedding": column})
+        table = table.replace_schema_metadata({f"cl_zoo.{k}": v for k, v in meta.items()})
+        _atomic_write(out, lambda tmp: pq.write_table(table, tmp))
+        return [out]
+    written = []
+    listing = sidecar(out, ".paths.txt")
+    _atomic_write(listing, lambda tmp: Path(tmp).write_text("".join(p + "\n" for p in paths), encoding="utf-8"))
+    table = sidecar(out, ".csv")
+
+    def write_csv(tmp: str) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["index", "path"])
+            writer.writerows(enumerate(paths))
+
+    _atomic_write(table, write_csv)
+    info = sidecar(out, ".meta.json")
+    _atomic_write(info, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
+
+    def write_npy(tmp: str) -> None:
+        with open(tmp, "wb") as fh:  # a file object: np.save would append ".npy" to a bare name
+            np.save(fh, array)
+
+    _atomic_write(out, write_npy)
+    written += [out, listing, table, info]
+    return written
+
+
+def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str], dict[str, str]]:
+    """Read what :func:`save_embeddings` wrote: float32 features, paths, metadata."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"embeddings file does not exist: {path}")
+    if path.suffix.lower() == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # noqa: BLE001 - any parse failure is a bad user file
+            raise DataError(f"{path} is not a readable parquet file ({exc})") from None
+        if "embedding" not in table.column_names or "path" not in table.column_names:
+            raise DataError(f"{path} has no 'path' and 'embedding' columns; was it written by cl-zoo embed?")
+        meta = {k.decode()[len("cl_zoo."):]: v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"cl_zoo.")}
+        column = table.column("embedding").combine_chunks()
+        dims = int(meta.get("dims", 0)) or (len(column[0]) if len(column) else 0)
+        features = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(column), dims)
+        return features, [str(p) for p in table.column("path").to_pylist()], meta
+    if path.suffix.lower() != ".npy":
+        raise DataError(f"{path}: embeddings must be a .npy or .parquet file")
+    try:
+        features = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path} is not a readable .npy file ({exc})") from None
+    listing = sidecar(path, ".paths.txt")
+    if not listing.is_file():
+        raise DataError(f"{path} has no {listing.name} beside it naming its rows")
+    paths = listing.read_text(encoding="utf-8").splitlines()
+    if features.ndim != 2 or len(paths) != features.shape[0]:
+        raise DataError(f"{path} has shape {features.shape} but {listing.name} lists {len(paths)} paths")
+    info = sidecar(path, ".meta.json")
+    meta = json.loads(info.read_text()) if info.is_file() else {}
+    return features.astype(np.float32, copy=False), paths, meta
+
+
+def write_failures(path: str | os.PathLike[str], failures: Sequence[tuple[str, str]]) -> Path:
+    """``path,reason`` rows, written atomically."""
+    final = Path(path)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["path", "reason"])
+            writer.writerows(failures)
+
+    _atomic_write(final, write)
+    return final
+
+
+__all__ = [
+    "FeatureResult",
+    "Preprocess",
+    "embed",
+    "extract_features",
+    "load_embedding_model",
+    "load_embeddings",
+    "model_metadata",
+    "prepare_model",
+    "save_embeddings",
+    "sidecar",
+    "write_failures",
+]
