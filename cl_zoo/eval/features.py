@@ -10,6 +10,7 @@ the preprocessing (mean, std, resize, crop, interpolation).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -209,13 +210,32 @@ class FeatureSet:
     path: Path | None
 
 
-def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict[str, Any]) -> str:
+def files_fingerprint(paths: Sequence[str]) -> str:
+    """sha256 over each file's absolute path, size and mtime.
+
+    The file-list hash names files relative to their class folder, so it is equal for the train
+    and test halves of CIFAR's ``<class>/0000.jpg`` layout and for two encodings of one dataset; a
+    feature cache keyed on it alone would serve one split's features for another. This fingerprint
+    tells such copies apart (and misses the cache, correctly, when files are rewritten).
+    """
+    digest = hashlib.sha256()
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError as exc:
+            raise DataError(f"cannot read image {p}: {exc.strerror or exc}") from exc
+        digest.update(f"{os.path.abspath(p)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict[str, Any], fingerprint: str = "") -> str:
     payload = {
         "version": FEATURE_CACHE_VERSION,
         "model": identity.get("name"),
         "revision": identity.get("revision"),
         "weights_sha256": identity["weights_sha256"],
         "data": file_list_hash,
+        "files": fingerprint,
         "preprocessing": preprocessing,
     }
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
@@ -253,7 +273,7 @@ def split_features(
         raise DataError(f"empty split: {getattr(data, 'source', '?')}")
     check_input_channels(model)
     identity = identity or model_identity(model)
-    key = cache_key(identity, data.file_list_hash, preprocessing_spec(model_cfg(model)))
+    key = cache_key(identity, data.file_list_hash, preprocessing_spec(model_cfg(model)), files_fingerprint(data.paths))
     path = Path(cache_dir or feature_cache_dir()) / f"{key}.npy"
     start = time.perf_counter()
     if cache and path.is_file():
@@ -283,3 +303,48 @@ def check_same_classes(train_classes: Sequence[str], test_classes: Sequence[str]
         raise DataError(f"train and test have different class sets ({'; '.join(detail) or 'different order'})")
     if len(train_classes) < 2:
         raise DataError(f"a single class ({train_classes[0] if train_classes else 'none'}); classification needs at least 2")
+
+
+def first_per_class(data: Any, n: int) -> Any:
+    """The first ``n`` images of every class in the folder's sorted order (a deterministic subset).
+
+    The file-list hash is recomputed, so the cache and the report identify the subset, not the
+    full split it came from.
+    """
+    from cl_zoo.data.folder import file_list_hash
+
+    if n < 1:
+        raise DataError(f"--per-class must be at least 1, got {n}")
+    labels = np.asarray(data.labels)
+    keep = np.concatenate([np.flatnonzero(labels == c)[:n] for c in range(len(data.classes))]).astype(np.int64)
+    keep.sort()
+    paths = [data.paths[i] for i in keep]
+    root = getattr(data, "root", "") or ""
+    rel = [os.path.relpath(p, root) if root else p for p in paths]
+    digest = file_list_hash(rel, labels[keep])
+    return dataclasses.replace(data, paths=paths, labels=labels[keep], file_list_hash=digest)
+
+
+def open_eval_split(spec: str | os.PathLike, root: str | os.PathLike | None, split: str | None, role: str) -> Any:
+    """Open the ``role`` ("train" or "test") split of ``spec``.
+
+    With ``split=None`` the split is found: ``train`` for train; ``test`` then ``val`` for test
+    (Imagenette has no test split); and a plain class folder (no split folders) is used as is.
+    """
+    from cl_zoo.data.folder import open_image_folder
+
+    if split is not None:
+        return open_image_folder(spec, root=root, split=split)
+    candidates = ["train"] if role == "train" else ["test", "val"]
+    first_error: DataError | None = None
+    for cand in candidates:
+        try:
+            return open_image_folder(spec, root=root, split=cand)
+        except DataError as exc:
+            first_error = first_error or exc
+    try:
+        return open_image_folder(spec, root=root, split=None)
+    except DataError as exc:
+        if "holds split folders" in str(exc) and first_error is not None:
+            raise DataError(f"{exc}; no '{'/'.join(candidates)}' folder found for the {role} split") from exc
+        raise

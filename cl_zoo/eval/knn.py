@@ -13,8 +13,9 @@ memory are processed in slices: each memory slice is searched and merged into a 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -191,3 +192,66 @@ def knn_classify(
         if top == 5:
             metrics[f"knn_k{k}_top5"] = float(hits.any(axis=1).mean())
     return {"metrics": metrics, "predictions": predictions, "k": ks, "temperature": temperature, "metric": metric}
+
+
+def evaluate_knn(
+    model: Any,
+    train: Any,
+    test: Any,
+    *,
+    ks: Sequence[int] = (20, 200),
+    temperature: float = 0.07,
+    metric: str = "cosine",
+    seed: int = 0,
+    batch_size: int = 256,
+    device: Any = None,
+    workers: int = 0,
+    cache: bool = True,
+    cache_dir: Any = None,
+    progress: bool = False,
+    identity: dict[str, Any] | None = None,
+    extra_hyperparameters: dict[str, Any] | None = None,
+) -> Any:
+    """kNN of a model on two :class:`~cl_zoo.data.folder.ImageFolderData` splits -> ``EvalResult``.
+
+    Features come from (and go to) the on-disk cache, so a second run with another k or T costs
+    only the search.
+    """
+    from cl_zoo.eval.features import check_same_classes, model_identity, split_features
+    from cl_zoo.eval.report import EvalResult, build_report
+
+    check_same_classes(train.classes, test.classes)
+    if len(test.paths) == 0:
+        raise DataError(f"the test split is empty: {getattr(test, 'source', '?')}")
+    ks = sorted({int(k) for k in ks})
+    if ks and ks[-1] > len(train.paths):
+        raise DataError(f"k={ks[-1]} is larger than the train set ({len(train.paths)} images); use --k at most {len(train.paths)}")
+    identity = identity or model_identity(model)
+    opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress)
+    train_fs = split_features(model, train, **opts)
+    test_fs = split_features(model, test, **opts)
+    start = time.perf_counter()
+    use_gpu = device is None or "cuda" in str(device)
+    out = knn_classify(
+        train_fs.features, train_fs.labels, test_fs.features, test_fs.labels, ks=ks, temperature=temperature,
+        num_classes=len(train.classes), metric=metric, use_gpu=use_gpu,
+    )
+    timings = {
+        "train_features_s": train_fs.seconds,
+        "test_features_s": test_fs.seconds,
+        "knn_s": time.perf_counter() - start,
+    }
+    hyper = {
+        "k": ks, "temperature": temperature, "metric": metric, "vote": "sum of exp(sim / T) over the k neighbours",
+        "search": "faiss exact flat index", "feature_batch_size": batch_size,
+        **(extra_hyperparameters or {}),
+    }
+    report = build_report(
+        task="knn", model=identity, train=train, test=test, protocol="knn", hyperparameters=hyper, seed=seed,
+        metrics=out["metrics"], timings=timings,
+        extra={"features": {"train_cached": train_fs.cached, "test_cached": test_fs.cached, "train_key": train_fs.key, "test_key": test_fs.key, "dim": int(train_fs.features.shape[1])}},
+    )
+    return EvalResult(
+        report, test_labels=np.asarray(test_fs.labels), predictions=out["predictions"][ks[-1]],
+        classes=train.classes, test_features=test_fs.features,
+    )

@@ -329,3 +329,72 @@ def linear_augmented(
         "timings": {"train_s": train_seconds, "test_s": time.perf_counter() - t0},
         "hyperparameters": {"protocol": proto.name, **proto.to_dict()},
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# model-level entry point (CLI, pretraining monitor)
+# ---------------------------------------------------------------------------------------------
+
+
+def evaluate_linear(
+    model: nn.Module,
+    train: Any,
+    test: Any,
+    *,
+    protocol_name: str = "fast",
+    seed: int = 0,
+    overrides: dict[str, Any] | None = None,
+    wd_grid: Sequence[float] = DEFAULT_WD_GRID,
+    val_fraction: float = 0.1,
+    max_iter: int = 300,
+    batch_size: int = 256,
+    device: torch.device | str | None = None,
+    workers: int = 0,
+    cache: bool = True,
+    cache_dir: Any = None,
+    progress: bool = False,
+    want_test_features: bool = False,
+    identity: dict[str, Any] | None = None,
+    extra_hyperparameters: dict[str, Any] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Any:
+    """Linear probe of ``model`` on two ImageFolderData splits under a named protocol -> ``EvalResult``."""
+    from cl_zoo.eval.features import check_same_classes, model_identity, split_features
+    from cl_zoo.eval.report import EvalResult, build_report
+
+    check_same_classes(train.classes, test.classes)
+    for name, split in (("train", train), ("test", test)):
+        if len(split.paths) == 0:
+            raise DataError(f"the {name} split is empty: {getattr(split, 'source', '?')}")
+    identity = identity or model_identity(model)
+    opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress)
+    test_features = None
+    if protocol_name == "fast":
+        train_fs = split_features(model, train, **opts)
+        test_fs = split_features(model, test, **opts)
+        out = linear_fast(
+            train_fs.features, train_fs.labels, test_fs.features, test_fs.labels, num_classes=len(train.classes),
+            wd_grid=wd_grid, val_fraction=val_fraction, seed=seed, max_iter=max_iter, device=device,
+        )
+        timings = {"train_features_s": train_fs.seconds, "test_features_s": test_fs.seconds, **out["timings"]}
+        hyper = {**out["hyperparameters"], "chosen_weight_decay": out["weight_decay"], "val_top1_by_wd": out["val_top1_by_wd"]}
+        extra = {"features": {"train_cached": train_fs.cached, "test_cached": test_fs.cached, "dim": int(train_fs.features.shape[1])}}
+        test_features = test_fs.features
+    else:
+        proto = protocol(protocol_name, **(overrides or {}))
+        out = linear_augmented(model, train, test, proto, seed=seed, device=device, progress=progress, log=log)
+        timings = dict(out["timings"])
+        hyper = dict(out["hyperparameters"])
+        extra = {}
+        if want_test_features:
+            test_features = split_features(model, test, **opts).features
+    hyper.update(extra_hyperparameters or {})
+    hyper["feature_batch_size"] = batch_size
+    report = build_report(
+        task="linear", model=identity, train=train, test=test, protocol=protocol_name, hyperparameters=hyper,
+        seed=seed, metrics=out["metrics"], timings=timings, extra={**extra, "curve": out["curve"]},
+    )
+    return EvalResult(
+        report, test_labels=np.asarray(test.labels), predictions=out["predictions"], classes=train.classes,
+        test_features=test_features, curve=out["curve"],
+    )

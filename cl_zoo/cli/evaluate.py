@@ -1,0 +1,220 @@
+"""``cl-zoo knn``, ``cl-zoo linear-eval`` and ``cl-zoo card-update``.
+
+The commands parse arguments and call :mod:`cl_zoo.eval`; every run writes a JSON report (and, with
+``--plot``, PNG figures beside it) so that a number on a model card can be traced to the exact
+weights, data and settings that produced it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from cl_zoo.errors import DataError
+
+
+def _parse_ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError as exc:
+        raise DataError(f"{what} must be comma-separated integers, got {text!r}") from exc
+    if not values or min(values) < 1:
+        raise DataError(f"{what} must be positive integers, got {text!r}")
+    return values
+
+
+def _parse_floats(text: str, what: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError as exc:
+        raise DataError(f"{what} must be comma-separated numbers, got {text!r}") from exc
+    if not values:
+        raise DataError(f"{what} is empty")
+    return values
+
+
+def _load(model_spec: str, random_init: bool, seed: int) -> Any:
+    """The model to evaluate; ``--random-init`` builds an architecture with seeded random weights
+    (the baseline every pretrained model should beat)."""
+    import torch
+
+    import cl_zoo
+
+    if random_init:
+        torch.manual_seed(seed)
+        model = cl_zoo.create_model(model_spec)
+        model.model_name = f"{model_spec} (random init, seed {seed})"
+        model.checkpoint_source = "random-init"
+        return model.eval()
+    return cl_zoo.load_model(model_spec)
+
+
+def _open_splits(train: str, test: str, root: str | None, train_split: str | None, test_split: str | None, per_class: int | None) -> tuple[Any, Any]:
+    from cl_zoo.eval.features import check_same_classes, first_per_class, open_eval_split
+
+    train_data = open_eval_split(train, root, train_split, "train")
+    test_data = open_eval_split(test, root, test_split, "test")
+    check_same_classes(train_data.classes, test_data.classes)
+    if per_class is not None:
+        train_data, test_data = first_per_class(train_data, per_class), first_per_class(test_data, per_class)
+    if set(map(str, train_data.paths)) == set(map(str, test_data.paths)):
+        click.echo("warning: train and test are the same images; accuracies will be optimistic", err=True)
+    return train_data, test_data
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "model"
+
+
+def _report_path(out: str | None, task: str, result: Any) -> Path:
+    if out is not None:
+        return Path(out)
+    report = result.report
+    name = _slug(f"{task}-{report['model']['name']}-{report['data']['name']}-{report['protocol']}")
+    return Path("eval-reports") / f"{name}-{report['model']['weights_sha256'][:8]}.json"
+
+
+def _finish(result: Any, task: str, out: str | None, plot: bool, as_json: bool) -> None:
+    from cl_zoo.eval.report import summary_lines, write_json_atomic
+
+    path = _report_path(out, task, result)
+    figures: dict[str, str] = {}
+    if plot:
+        from cl_zoo.eval import plots
+
+        stem = path.with_suffix("")
+        cm = plots.confusion_matrix(result.test_labels, result.predictions[:, 0], len(result.classes))
+        figures["confusion"] = str(plots.plot_confusion(cm, result.classes, f"{stem}-confusion.png"))
+        if result.test_features is not None:
+            figures["projection"] = str(plots.plot_projection(result.test_features, result.test_labels, result.classes, f"{stem}-pca.png", seed=result.report["seed"]))
+        if result.curve:
+            figures["curve"] = str(plots.plot_curve(result.curve, f"{stem}-curve.png"))
+        result.report["figures"] = {k: Path(v).name for k, v in figures.items()}
+    write_json_atomic(result.report, path)
+    if as_json:
+        click.echo(json.dumps(result.report, indent=2))
+    else:
+        for line in summary_lines(result.report):
+            click.echo(line)
+        click.echo(f"  report: {path}" + (f" (+ {len(figures)} figures)" if figures else ""))
+
+
+def _common(fn: Callable) -> Callable:
+    options = [
+        click.option("--model", "-m", "model_spec", required=True, help="Registered name, checkpoint folder/file or hf-hub:owner/name[@rev]."),
+        click.option("--random-init", is_flag=True, help="Treat --model as an architecture and use seeded random weights (baseline)."),
+        click.option("--train", "train", required=True, help="ImageFolder dir, archive of one, or cifar10/cifar100/stl10/imagenette."),
+        click.option("--test", "test", required=True, help="Same forms as --train."),
+        click.option("--root", default=None, help="Where named datasets live (default $CL_ZOO_DATA or ./data)."),
+        click.option("--train-split", default=None, help="Split folder for --train (default: train, or the folder itself)."),
+        click.option("--test-split", default=None, help="Split folder for --test (default: test, then val, or the folder itself)."),
+        click.option("--per-class", type=int, default=None, help="Use only the first N images of each class (sorted order) of both splits."),
+        click.option("--batch-size", type=int, default=256, show_default=True, help="Feature-extraction batch size."),
+        click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)."),
+        click.option("--workers", type=int, default=4, show_default=True, help="Image-decoding worker processes."),
+        click.option("--no-cache", is_flag=True, help="Recompute features instead of using (and filling) the feature cache."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--out", "out", default=None, help="Report path (default eval-reports/<task>-<model>-<data>-<protocol>-<sha8>.json)."),
+        click.option("--plot", is_flag=True, help="Also write PNGs beside the report: confusion matrix, PCA of test features, training curve."),
+        click.option("--json", "as_json", is_flag=True, help="Print the report to stdout instead of a summary."),
+        click.option("--progress/--no-progress", default=False, help="Progress bars on stderr."),
+    ]
+    for option in reversed(options):
+        fn = option(fn)
+    return fn
+
+
+@click.command("knn")
+@_common
+@click.option("--k", "k", default="20,200", show_default=True, help="Neighbour counts, comma-separated; one search serves all.")
+@click.option("--temperature", "-t", type=float, default=0.07, show_default=True, help="Vote weight exp(sim / T).")
+@click.option("--metric", type=click.Choice(["cosine", "l2"]), default="cosine", show_default=True)
+def knn_command(model_spec: str, random_init: bool, train: str, test: str, root: str | None, train_split: str | None,
+                test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int,
+                no_cache: bool, seed: int, out: str | None, plot: bool, as_json: bool, progress: bool, k: str,
+                temperature: float, metric: str) -> None:
+    """Weighted kNN (InstDisc vote) top-1/top-5 of a model's frozen features."""
+    from cl_zoo.eval.knn import evaluate_knn
+
+    ks = _parse_ints(k, "--k")
+    train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
+    model = _load(model_spec, random_init, seed)
+    result = evaluate_knn(
+        model, train_data, test_data, ks=ks, temperature=temperature, metric=metric, seed=seed, batch_size=batch_size,
+        device=device, workers=workers, cache=not no_cache, progress=progress,
+        extra_hyperparameters={"per_class": per_class, "random_init": random_init},
+    )
+    _finish(result, "knn", out, plot, as_json)
+
+
+@click.command("linear-eval")
+@_common
+@click.option("--protocol", type=click.Choice(["fast", "paper", "small-scale"]), default="fast", show_default=True)
+@click.option("--wd-grid", default="1e-6,1e-5,1e-4,1e-3,1e-2,1e-1", show_default=True, help="fast: weight decays tried on the held-out part.")
+@click.option("--val-fraction", type=float, default=0.1, show_default=True, help="fast: share of train held out to pick the weight decay.")
+@click.option("--max-iter", type=int, default=300, show_default=True, help="fast: L-BFGS iterations per fit.")
+@click.option("--epochs", type=int, default=None, help="paper/small-scale: epochs (default 100).")
+@click.option("--lr", type=float, default=None, help="paper/small-scale: learning rate (default 30 / 1e-3).")
+@click.option("--milestones", default=None, help="paper/small-scale: epochs where lr is multiplied by --gamma (default 60,80).")
+@click.option("--gamma", type=float, default=None, help="paper/small-scale: lr factor at milestones (default 0.1 / 0.2).")
+@click.option("--train-batch-size", type=int, default=None, help="paper/small-scale: linear-training batch (default 256 / 128).")
+@click.option("--momentum", type=float, default=None, help="paper: SGD momentum (default 0.9).")
+@click.option("--betas", default=None, help="small-scale: Adam betas (default 0.5,0.999).")
+@click.option("--weight-decay", type=float, default=None, help="paper/small-scale: weight decay (default 0).")
+@click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default=None, help="paper/small-scale: override the optimizer.")
+def linear_eval_command(model_spec: str, random_init: bool, train: str, test: str, root: str | None, train_split: str | None,
+                        test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int,
+                        no_cache: bool, seed: int, out: str | None, plot: bool, as_json: bool, progress: bool,
+                        protocol: str, wd_grid: str, val_fraction: float, max_iter: int, epochs: int | None,
+                        lr: float | None, milestones: str | None, gamma: float | None, train_batch_size: int | None,
+                        momentum: float | None, betas: str | None, weight_decay: float | None, optimizer: str | None) -> None:
+    """Linear probe of a frozen model: fast (cached features + L-BFGS), paper (ImageNet) or small-scale (CACR)."""
+    from cl_zoo.eval.linear import evaluate_linear
+
+    overrides: dict[str, Any] = {
+        "epochs": epochs, "lr": lr, "gamma": gamma, "batch_size": train_batch_size, "momentum": momentum,
+        "weight_decay": weight_decay, "optimizer": optimizer, "workers": workers,
+    }
+    if milestones is not None:
+        overrides["milestones"] = tuple(_parse_ints(milestones, "--milestones"))
+    if betas is not None:
+        b = _parse_floats(betas, "--betas")
+        if len(b) != 2:
+            raise DataError(f"--betas takes two numbers, got {betas!r}")
+        overrides["betas"] = tuple(b)
+    if protocol == "fast":
+        given = [name for name, value in overrides.items() if value is not None and name != "workers"]
+        if given:
+            raise DataError(f"--{given[0].replace('_', '-')} applies to the paper/small-scale protocols, not fast")
+    grid = _parse_floats(wd_grid, "--wd-grid")
+    train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
+    model = _load(model_spec, random_init, seed)
+    result = evaluate_linear(
+        model, train_data, test_data, protocol_name=protocol, seed=seed, overrides=overrides, wd_grid=grid,
+        val_fraction=val_fraction, max_iter=max_iter, batch_size=batch_size, device=device, workers=workers,
+        cache=not no_cache, progress=progress, want_test_features=plot,
+        extra_hyperparameters={"per_class": per_class, "random_init": random_init},
+        log=None if as_json else (lambda line: click.echo(line, err=True)),
+    )
+    _finish(result, "linear", out, plot, as_json)
+
+
+@click.command("card-update")
+@click.argument("folder", type=click.Path(file_okay=False))
+@click.argument("report", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the updated metrics as JSON.")
+def card_update_command(folder: str, report: str, as_json: bool) -> None:
+    """Write a report's metrics into FOLDER's config.json and model card (model-index)."""
+    from cl_zoo.eval.report import update_card
+
+    metrics = update_card(folder, report)
+    if as_json:
+        click.echo(json.dumps(metrics, indent=2))
+    else:
+        for key, value in metrics.items():
+            click.echo(f"{key:<40} {value:.4f}")
+        click.echo(f"updated {Path(folder) / 'config.json'} and {Path(folder) / 'README.md'}")
