@@ -397,6 +397,7 @@ def extract_features(
                 if chunk is None:
                     raise DataError(f"progress file for chunk {k} is missing in {folder} after all ranks finished")
                 done[k] = chunk
+        _barrier(world)  # every rank has read every part before rank 0 may delete them
     return _assemble(paths, done, n_chunks, time.perf_counter() - start, computed, resumed)
 
 

@@ -1,0 +1,110 @@
+"""``cl-zoo embed``: image files, folders or path lists -> an embeddings file.
+
+Also runs under ``torchrun --nproc-per-node N -m cl_zoo.cli embed ...``: every rank embeds its
+share of the chunks into ``OUT.parts/`` and rank 0 writes the same file a single process would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import click
+
+from cl_zoo.errors import ClZooError, DataError
+
+# Testing hook: stop (as if interrupted) after this many batches, to exercise --resume.
+STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
+
+
+@click.command("embed")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("-m", "--model", default=None, help="Registered name, checkpoint folder/file or hf-hub:owner/name (default: the bundled model).")
+@click.option("-o", "--out", default="embeddings.npy", show_default=True, help="Output .npy (with .paths.txt/.csv sidecars) or .parquet.")
+@click.option("-b", "--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
+@click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: min(4, CPUs)).")
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16", "fp16"]))
+@click.option("--half", is_flag=True, help="Store float16 instead of float32.")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.parts/.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
+def embed_command(
+    paths: tuple[str, ...],
+    model: str | None,
+    out: str,
+    batch_size: int,
+    device: str,
+    workers: int | None,
+    precision: str,
+    half: bool,
+    resume: bool,
+    quiet: bool,
+) -> int:
+    """Embed images (jpg, png, webp, bmp, tiff, gif) found in PATHS.
+
+    Each PATH is an image, a folder (searched recursively) or a text file listing paths. Rows
+    come in sorted path order. Unreadable files are skipped and listed in OUT.failures.csv.
+    """
+    from cl_zoo.data.images import discover_images
+    from cl_zoo.embedding import (
+        OUTPUT_SUFFIXES,
+        extract_features,
+        load_embedding_model,
+        model_metadata,
+        save_embeddings,
+        sidecar,
+        write_failures,
+    )
+    from cl_zoo.registry import DEFAULT_MODEL
+
+    out_path = Path(out)
+    if out_path.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise ClZooError(f"--out {out} must end in .npy or .parquet")
+    if not out_path.parent.is_dir():
+        raise DataError(f"output folder does not exist: {out_path.parent}")
+    if not os.access(out_path.parent, os.W_OK):
+        raise DataError(f"output folder is not writable: {out_path.parent}")
+    rank = int(os.environ.get("RANK", "0"))
+    files = discover_images(paths)
+    net = load_embedding_model(model)
+    stop_after = os.environ.get(STOP_AFTER_ENV)
+    parts = sidecar(out_path, ".parts")
+    result = extract_features(
+        net,
+        files,
+        batch_size=batch_size,
+        device=device,
+        workers=workers,
+        precision=precision,
+        progress=not quiet,
+        progress_dir=parts,
+        resume=resume,
+        max_batches=int(stop_after) if stop_after else None,
+    )
+    if rank != 0:
+        return 0
+    failures_csv = sidecar(out_path, ".failures.csv")
+    if result.failures:
+        write_failures(failures_csv, result.failures)
+    elif failures_csv.exists():
+        failures_csv.unlink()  # a stale report from an earlier run would be misleading
+    if not result.paths:
+        shutil.rmtree(parts, ignore_errors=True)
+        raise DataError(
+            f"none of the {len(files)} images could be read; reasons in {failures_csv} "
+            f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
+        )
+    metadata = model_metadata(net, model or DEFAULT_MODEL)
+    save_embeddings(out_path, result.features, result.paths, metadata, half=half)
+    shutil.rmtree(parts, ignore_errors=True)
+    rate = result.images_per_second
+    click.echo(
+        f"embedded {len(result.paths)} images ({result.features.shape[1]}-d) into {out_path}, "
+        f"skipped {len(result.failures)}, resumed {result.resumed}, "
+        f"{result.seconds:.1f} s, {rate:.1f} images/s",
+        err=True,
+    )
+    if result.failures:
+        click.echo(f"warning: skipped {len(result.failures)} unreadable files; reasons in {failures_csv}", err=True)
+    return 0

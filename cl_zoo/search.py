@@ -1,0 +1,181 @@
+"""Cosine-similarity search and near-duplicate grouping over saved embeddings (faiss).
+
+Vectors are L2-normalised once, so inner product is cosine similarity and every index type
+(exact ``flat``, inverted-file ``ivf``, graph ``hnsw``) ranks by the same score. Index files are
+plain faiss files; loading one checks it against the embeddings it claims to index, because a
+stale index silently returns the wrong rows.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+
+from cl_zoo.errors import ClZooError, DataError
+
+INDEX_KINDS = ("flat", "ivf", "hnsw")
+
+
+def _faiss():  # noqa: ANN202 - the faiss module
+    try:
+        import faiss
+    except ImportError:
+        raise ClZooError("search needs faiss: pip install faiss-cpu") from None
+    return faiss
+
+
+def normalize(features: np.ndarray) -> np.ndarray:
+    """Float32, C-contiguous, unit L2 norm per row (all-zero rows stay zero)."""
+    x = np.ascontiguousarray(features, dtype=np.float32)
+    if x.ndim != 2:
+        raise DataError(f"embeddings must be a 2-D array, got shape {x.shape}")
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.ascontiguousarray(x / np.maximum(norms, 1e-12), dtype=np.float32)
+
+
+def default_nlist(n: int) -> int:
+    # faiss wants ~39+ training points per list; sqrt(N) lists is the usual balance of recall/speed.
+    return max(1, min(int(round(4 * math.sqrt(n))), n // 39))
+
+
+def build_index(
+    features: np.ndarray,
+    kind: str = "flat",
+    *,
+    nlist: int | None = None,
+    nprobe: int | None = None,
+    hnsw_m: int = 32,
+    ef_search: int = 128,
+):  # noqa: ANN201 - a faiss.Index
+    """An inner-product index over the normalised ``features``."""
+    faiss = _faiss()
+    x = normalize(features)
+    n, d = x.shape
+    if n == 0:
+        raise DataError("cannot build an index over zero embeddings")
+    if kind == "flat":
+        index = faiss.IndexFlatIP(d)
+    elif kind == "ivf":
+        nlist = nlist or default_nlist(n)
+        if nlist > n:
+            raise ClZooError(f"--nlist {nlist} exceeds the number of embeddings ({n})")
+        quantizer = faiss.IndexFlatIP(d)
+        index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        index.train(x)
+        index.nprobe = min(nlist, nprobe or 16)
+    elif kind == "hnsw":
+        index = faiss.IndexHNSWFlat(d, hnsw_m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efSearch = ef_search
+    else:
+        raise ClZooError(f"unknown index type {kind!r}; use one of {', '.join(INDEX_KINDS)}")
+    index.add(x)
+    return index
+
+
+def save_index(index, path: str | os.PathLike[str]) -> Path:  # noqa: ANN001 - a faiss.Index
+    """Write a faiss index atomically (temporary name in the same folder, then rename)."""
+    faiss = _faiss()
+    final = Path(path)
+    if not final.parent.is_dir():
+        raise DataError(f"output folder does not exist: {final.parent}")
+    tmp = final.with_name(f".{final.name}.tmp")
+    faiss.write_index(index, str(tmp))
+    os.replace(tmp, final)
+    return final
+
+
+def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: int | None = None):  # noqa: ANN201
+    """Read a faiss index, refusing one built over a different set of embeddings."""
+    faiss = _faiss()
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"index file does not exist: {path}")
+    try:
+        index = faiss.read_index(str(path))
+    except RuntimeError as exc:
+        raise DataError(f"{path} is not a faiss index ({str(exc).splitlines()[0][:120]})") from None
+    if count is not None and index.ntotal != count or dims is not None and index.d != dims:
+        raise DataError(
+            f"index {path} holds {index.ntotal} vectors of {index.d} dims but the embeddings have "
+            f"{count} of {dims}; rebuild it (drop --load-index)"
+        )
+    return index
+
+
+def search(index, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
+    """Top-``k`` cosine similarities and row ids per query (-1 ids pad short result lists)."""
+    if k < 1:
+        raise ClZooError(f"k must be at least 1, got {k}")
+    q = normalize(queries)
+    if q.shape[1] != index.d:
+        raise DataError(f"queries have {q.shape[1]} dims but the index has {index.d}; embed them with the same model")
+    scores, ids = index.search(q, min(k, index.ntotal))
+    return scores, ids
+
+
+def similar_pairs(features: np.ndarray, threshold: float, block: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """All pairs ``i < j`` with cosine similarity >= ``threshold`` (exact, flat range search)."""
+    faiss = _faiss()
+    x = normalize(features)
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    # faiss keeps inner products strictly above the radius; nudge it so ">=" holds for the threshold.
+    radius = float(np.nextafter(np.float32(threshold), np.float32(-np.inf)))
+    rows, cols, sims = [], [], []
+    for start in range(0, len(x), block):
+        lims, dist, labels = index.range_search(x[start : start + block], radius)
+        q = np.repeat(np.arange(start, start + len(lims) - 1), np.diff(lims.astype(np.int64)))
+        keep = labels > q
+        rows.append(q[keep])
+        cols.append(labels[keep])
+        sims.append(dist[keep])
+    return (
+        np.concatenate(rows).astype(np.int64),
+        np.concatenate(cols).astype(np.int64),
+        np.concatenate(sims).astype(np.float32),
+    )
+
+
+def dedup_groups(features: np.ndarray, threshold: float = 0.95) -> list[list[int]]:
+    """Connected groups (size >= 2) of rows linked by similarity >= ``threshold``.
+
+    Linking is transitive (union-find over the pairs), so a chain a~b~c forms one group even if
+    a and c are further apart; groups and their members come in row order.
+    """
+    if not -1.0 <= threshold <= 1.0:
+        raise ClZooError(f"threshold is a cosine similarity in [-1, 1], got {threshold}")
+    n = len(features)
+    parent = np.arange(n)
+
+    def find(i: int) -> int:
+        root = i
+        while parent[root] != root:
+            root = parent[root]
+        while parent[i] != root:
+            parent[i], i = root, parent[i]
+        return int(root)
+
+    rows, cols, _ = similar_pairs(features, threshold)
+    for i, j in zip(rows.tolist(), cols.tolist()):
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
+    groups: dict[int, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(find(i), []).append(i)
+    return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[0])
+
+
+__all__ = [
+    "INDEX_KINDS",
+    "build_index",
+    "dedup_groups",
+    "load_index",
+    "normalize",
+    "save_index",
+    "search",
+    "similar_pairs",
+]
