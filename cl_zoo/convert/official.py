@@ -531,6 +531,8 @@ def load_official(entry: Any) -> nn.Module:
         return model
     raw = cache_root() / "downloads" / release.filename
     if not raw.is_file():
+        if any((os.environ.get(v) or "").strip().upper() in {"1", "ON", "YES", "TRUE"} for v in ("CL_ZOO_OFFLINE", "HF_HUB_OFFLINE")):
+            raise HubError(f"{cfg.url} is not cached in {cache_root()} and offline mode (CL_ZOO_OFFLINE/HF_HUB_OFFLINE) forbids downloading it")
         download(cfg.url, raw)
     sha, md5 = _file_digests(raw)
     pinned = cfg.sha256.get(release.filename) or release.sha256
