@@ -1,0 +1,157 @@
+"""``cl-zoo detect``: detection transfer of a backbone (torchvision engine, or detectron2)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from cl_zoo.errors import ClZooError
+
+
+def _ints(text: str | None) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError as exc:
+        raise ClZooError(f"expected comma-separated integers, got {text!r}") from exc
+
+
+def _detectron2(preset_name: str, model: str, output: str, num_gpus: int, dry_run: bool, prefix: str | None,
+                extra: tuple[str, ...]) -> None:
+    from cl_zoo.convert.export import export_detectron2
+    from cl_zoo.detection.presets import get_preset
+
+    preset = get_preset(preset_name)
+    folder = Path(__file__).resolve().parents[2] / "transfer" / "detectron2"
+    config = folder / "configs" / preset.yaml
+    if not config.is_file():
+        raise ClZooError(f"{config} is missing; the detectron2 launcher ships with the cl-zoo repository, not the wheel")
+    out = Path(output)
+    weights = out / "model.pkl"
+    command = [sys.executable, str(folder / "train_net.py"), "--config-file", str(config), "--num-gpus", str(num_gpus),
+               "MODEL.WEIGHTS", str(weights), "OUTPUT_DIR", str(out), *extra]
+    if dry_run:
+        click.echo(shlex.join(command))
+        return
+    summary = export_detectron2(model, weights, prefix=prefix)
+    click.echo(summary.text())
+    if importlib.util.find_spec("detectron2") is None:
+        raise ClZooError(
+            f"detectron2 is not installed (weights are ready in {weights}); install it with "
+            "pip install 'git+https://github.com/facebookresearch/detectron2.git' and rerun, or use --engine torchvision"
+        )
+    click.echo("running: " + shlex.join(command))
+    code = subprocess.call(command, cwd=str(folder))
+    if code != 0:
+        raise ClZooError(f"detectron2 training exited with status {code}")
+
+
+@click.command("detect")
+@click.option("--engine", type=click.Choice(["torchvision", "detectron2"]), default="torchvision", show_default=True)
+@click.option("--config", "preset", default=None, help="Protocol preset: voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x.")
+@click.option("--model", "model_spec", required=True, help="Zoo name, checkpoint folder/file or hf-hub: id.")
+@click.option("--prefix", default=None, help="Key prefix of the encoder inside a raw checkpoint.")
+@click.option("--data", "data", multiple=True, help="Training data root (VOC or COCO layout); repeat to concatenate.")
+@click.option("--val-data", default=None, help="Validation root (default: the first --data).")
+@click.option("--train-split", default=None, help="VOC ImageSets name or COCO split (default from --config).")
+@click.option("--val-split", default=None, help="Validation split; 'none' skips evaluation.")
+@click.option("--head", type=click.Choice(["c4", "fpn"]), default=None)
+@click.option("--norm", type=click.Choice(["bn", "frozen"]), default="bn", show_default=True,
+              help="Backbone BatchNorm trainable (protocol) or frozen.")
+@click.option("--freeze-at", type=int, default=0, show_default=True)
+@click.option("--max-iter", type=int, default=None)
+@click.option("--steps", default=None, help="LR decay iterations, e.g. 18000,22000.")
+@click.option("--warmup-iters", type=int, default=None)
+@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--lr", type=float, default=None, help="Default 0.02 x batch/16.")
+@click.option("--min-size-train", default=None, help="Comma-separated shorter sides for multi-scale training.")
+@click.option("--min-size-test", type=int, default=None)
+@click.option("--max-size", type=int, default=1333, show_default=True)
+@click.option("--rois-per-image", type=int, default=512, show_default=True)
+@click.option("--proposals-test", type=int, default=1000, show_default=True)
+@click.option("--val-limit", type=int, default=None, help="Evaluate only the first N validation images.")
+@click.option("--checkpoint-period", type=int, default=2000, show_default=True)
+@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available).")
+@click.option("--output", "output", required=True, type=click.Path(file_okay=False), help="Run folder.")
+@click.option("--resume", is_flag=True, help="Continue from OUTPUT/last.pt.")
+@click.option("--num-gpus", type=int, default=8, show_default=True, help="detectron2 engine only.")
+@click.option("--dry-run", is_flag=True, help="detectron2 engine: print the command only.")
+@click.option("--no-progress", is_flag=True)
+@click.argument("extra", nargs=-1)
+def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str | None, data: tuple[str, ...],
+                   val_data: str | None, train_split: str | None, val_split: str | None, head: str | None, norm: str,
+                   freeze_at: int, max_iter: int | None, steps: str | None, warmup_iters: int | None,
+                   batch_size: int, lr: float | None, min_size_train: str | None, min_size_test: int | None,
+                   max_size: int, rois_per_image: int, proposals_test: int, val_limit: int | None,
+                   checkpoint_period: int, workers: int, seed: int, device: str | None, output: str, resume: bool,
+                   num_gpus: int, dry_run: bool, no_progress: bool, extra: tuple[str, ...]) -> None:
+    """Fine-tune Faster R-CNN on a backbone and report COCO AP and VOC07 AP50.
+
+    EXTRA (after --) are detectron2 config overrides, e.g. -- SOLVER.IMS_PER_BATCH 8.
+    """
+    from cl_zoo.detection.presets import get_preset
+
+    if engine == "detectron2":
+        if preset is None:
+            raise ClZooError("--engine detectron2 needs --config (voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x)")
+        _detectron2(preset, model_spec, output, num_gpus, dry_run, prefix, extra)
+        return
+    p = get_preset(preset) if preset is not None else None
+    from cl_zoo.convert.export import resnet_weights
+    from cl_zoo.detection.train import DetectionConfig, open_datasets, train_detector
+
+    if not data:
+        raise ClZooError("--engine torchvision needs --data (a VOC or COCO folder)")
+    defaults = DetectionConfig()
+    cfg = DetectionConfig(
+        head=head or (p.head if p else defaults.head),
+        norm=norm,
+        freeze_at=freeze_at,
+        batch_size=batch_size,
+        lr=lr,
+        max_iter=max_iter if max_iter is not None else (p.max_iter if p else defaults.max_iter),
+        steps=_ints(steps) or (p.steps if p else defaults.steps),
+        warmup_iters=warmup_iters if warmup_iters is not None else (p.warmup_iters if p else defaults.warmup_iters),
+        min_sizes_train=_ints(min_size_train) or (p.min_sizes_train if p else defaults.min_sizes_train),
+        min_size_test=min_size_test or (p.min_size_test if p else defaults.min_size_test),
+        max_size=max_size,
+        rois_per_image=rois_per_image,
+        proposals_test=proposals_test,
+        checkpoint_period=checkpoint_period,
+        workers=workers,
+        seed=seed,
+        val_limit=val_limit,
+    )
+    tsplit = train_split or (p.train_split if p else "trainval")
+    vsplit = val_split or (p.val_split if p else "test")
+    train, val = open_datasets(list(data), tsplit, val_data, None if vsplit.lower() == "none" else vsplit)
+    click.echo(f"train: {train.summary()}")
+    if val is not None:
+        click.echo(f"val: {val.summary()}")
+    from cl_zoo.convert.export import _load_model
+
+    path = Path(model_spec)
+    if path.is_file() or prefix is not None:
+        # A raw training checkpoint: take its (query) encoder into a stock zoo ResNet.
+        from cl_zoo.registry import create_model
+
+        weights = resnet_weights(model_spec, prefix)
+        backbone = create_model(f"resnet{weights.depth}")
+        backbone.load_state_dict({k: v for k, v in weights.state.items()}, strict=False)
+        click.echo(f"backbone: ResNet-{weights.depth} from {weights.source} (prefix {weights.prefix!r})")
+    else:
+        backbone = _load_model(model_spec)
+    run = train_detector(backbone, train, val, cfg, output, device=device, resume=resume,
+                         progress=not no_progress, model_name=model_spec)
+    if run.metrics:
+        keys = ["AP", "AP50", "AP75", "APs", "APm", "APl", "voc_AP50", "voc_AP", "voc_AP75"]
+        click.echo("  ".join(f"{k} {run.metrics[k]:.2f}" for k in keys if k in run.metrics))
+    click.echo(f"report: {run.report_path}")

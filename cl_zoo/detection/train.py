@@ -1,0 +1,313 @@
+"""End-to-end Faster R-CNN fine-tuning of a zoo backbone (the torchvision engine).
+
+The schedule is detectron2's: SGD with momentum 0.9, weight decay 1e-4 (none on norm layers),
+a linear warm-up from ``warmup_factor * lr`` over ``warmup_iters`` iterations, then the learning
+rate multiplied by 0.1 at each of ``steps``. Each training image gets a shorter side drawn from
+``min_sizes_train`` (multi-scale training, torchvision's transform does the draw) and a random
+horizontal flip; testing uses ``min_size_test``. Images without any usable box are left out of
+training, as detectron2's ``FILTER_EMPTY_ANNOTATIONS`` does.
+
+``output_dir`` receives ``last.pt`` (model, optimizer, iteration; written atomically every
+``checkpoint_period`` iterations and at the end), ``config.json`` and ``report.json``; rerunning
+with ``resume=True`` continues from ``last.pt``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from cl_zoo.detection.datasets import DetectionData, DetectionDataset, collate, load_detection_data
+from cl_zoo.detection.evaluate import evaluate_detections
+from cl_zoo.detection.models import build_faster_rcnn
+from cl_zoo.errors import CheckpointError, ClZooError, DataError
+
+
+@dataclass
+class DetectionConfig:
+    """Everything a run depends on (saved to config.json, checked on resume)."""
+
+    head: str = "c4"
+    norm: str = "bn"
+    freeze_at: int = 0
+    fpn_norm: bool = True
+    batch_size: int = 16
+    lr: float | None = None  # None: 0.02 * batch_size / 16 (the linear scaling rule)
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    max_iter: int = 24000
+    steps: tuple[int, ...] = (18000, 22000)
+    gamma: float = 0.1
+    warmup_iters: int = 100
+    warmup_factor: float = 0.001
+    min_sizes_train: tuple[int, ...] = tuple(range(480, 801, 32))
+    min_size_test: int = 800
+    max_size: int = 1333
+    rois_per_image: int = 512
+    proposals_test: int = 1000
+    checkpoint_period: int = 2000
+    workers: int = 4
+    seed: int = 0
+    val_limit: int | None = None  # evaluate only the first N validation images (quick checks)
+
+    @property
+    def base_lr(self) -> float:
+        return self.lr if self.lr is not None else 0.02 * self.batch_size / 16
+
+    def lr_at(self, iteration: int) -> float:
+        """Learning rate for 0-based ``iteration``: linear warm-up, then step decay."""
+        factor = self.gamma ** sum(1 for s in self.steps if iteration >= s)
+        if iteration < self.warmup_iters:
+            alpha = iteration / self.warmup_iters
+            factor *= self.warmup_factor * (1 - alpha) + alpha
+        return self.base_lr * factor
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["steps"], d["min_sizes_train"] = list(self.steps), list(self.min_sizes_train)
+        d["base_lr"] = self.base_lr
+        return d
+
+
+@dataclass
+class DetectionRun:
+    model: nn.Module
+    metrics: dict[str, float]
+    report_path: Path | None
+    losses: list[float] = field(default_factory=list)
+
+
+def _param_groups(model: nn.Module, cfg: DetectionConfig) -> list[dict[str, Any]]:
+    norm_types = (nn.BatchNorm2d, nn.SyncBatchNorm, nn.GroupNorm, nn.LayerNorm)
+    decay, no_decay = [], []
+    for module in model.modules():
+        for name, p in module.named_parameters(recurse=False):
+            if not p.requires_grad:
+                continue
+            (no_decay if isinstance(module, norm_types) else decay).append(p)
+    return [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+
+
+def _set_sizes(model: nn.Module, sizes: Sequence[int]) -> None:
+    model.transform.min_size = tuple(int(s) for s in sizes)
+
+
+def _infinite_batches(dataset: DetectionDataset, cfg: DetectionConfig, start: int) -> Any:
+    """Batches of a seeded random order, re-shuffled every epoch, resumable at any iteration."""
+    epoch_len = max(1, len(dataset) // cfg.batch_size)
+    epoch, skip = divmod(start, epoch_len)
+    while True:
+        g = torch.Generator().manual_seed(cfg.seed * 1000003 + epoch)
+        order = torch.randperm(len(dataset), generator=g).tolist()
+        batches = [order[i * cfg.batch_size:(i + 1) * cfg.batch_size] for i in range(epoch_len)]
+        loader = torch.utils.data.DataLoader(
+            dataset,
+            batch_sampler=batches[skip:],
+            collate_fn=collate,
+            num_workers=cfg.workers,
+            persistent_workers=False,
+        )
+        yield from loader
+        epoch, skip = epoch + 1, 0
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _atomic_json(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+    os.replace(tmp, path)
+
+
+@torch.no_grad()
+def predict(model: nn.Module, data: DetectionData, device: torch.device, batch_size: int = 2,
+            workers: int = 0, progress: bool = False) -> list[dict[str, np.ndarray]]:
+    """Detections for every sample, in original image pixels."""
+    from tqdm import tqdm
+
+    model.eval()
+    loader = torch.utils.data.DataLoader(DetectionDataset(data, train=False), batch_size=batch_size,
+                                         collate_fn=collate, num_workers=workers)
+    out: list[dict[str, np.ndarray]] = []
+    for images, _ in tqdm(loader, desc="evaluate", unit="batch", disable=not progress, leave=False):
+        for det in model([im.to(device) for im in images]):
+            out.append({k: det[k].cpu().numpy() for k in ("boxes", "scores", "labels")})
+    return out
+
+
+def evaluate_model(model: nn.Module, data: DetectionData, cfg: DetectionConfig, device: torch.device,
+                   progress: bool = False) -> dict[str, float]:
+    if cfg.val_limit is not None:
+        data = dataclasses.replace(data, samples=data.samples[: cfg.val_limit])
+    _set_sizes(model, [cfg.min_size_test])
+    detections = predict(model, data, device, batch_size=max(1, min(cfg.batch_size, 4)),
+                         workers=min(cfg.workers, 2), progress=progress)
+    return evaluate_detections(data, detections)
+
+
+def _clean(metrics: dict[str, float]) -> dict[str, float | None]:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else round(float(v), 4)) for k, v in metrics.items()}
+
+
+def train_detector(
+    backbone: nn.Module,
+    train_data: DetectionData,
+    val_data: DetectionData | None,
+    cfg: DetectionConfig,
+    output_dir: str | os.PathLike[str] | None = None,
+    *,
+    device: str | torch.device | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    model_name: str | None = None,
+) -> DetectionRun:
+    """Fine-tune Faster R-CNN on ``train_data`` and evaluate on ``val_data``; see the module doc."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if cfg.batch_size < 1 or cfg.max_iter < 0:
+        raise ClZooError("batch size must be >= 1 and max_iter >= 0")
+    if list(cfg.steps) != sorted(cfg.steps):
+        raise ClZooError(f"LR steps must increase, got {list(cfg.steps)}")
+    kept = [s for s in train_data.samples if len(s.boxes) > 0 and not s.difficult.all()]
+    if not kept and cfg.max_iter > 0:
+        raise DataError(f"no training image has a usable box ({train_data.summary()})")
+    train_data = dataclasses.replace(train_data, samples=kept)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+
+    model = build_faster_rcnn(
+        backbone, len(train_data.classes), head=cfg.head, norm=cfg.norm, freeze_at=cfg.freeze_at,  # type: ignore[arg-type]
+        fpn_norm=cfg.fpn_norm, min_size=cfg.min_sizes_train, max_size=cfg.max_size,
+        rois_per_image=cfg.rois_per_image, proposals_test=cfg.proposals_test,
+    ).to(device)
+    optimizer = torch.optim.SGD(_param_groups(model, cfg), lr=cfg.lr_at(0), momentum=cfg.momentum)
+
+    out = Path(output_dir) if output_dir is not None else None
+    start = 0
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        ckpt_path = out / "last.pt"
+        if resume and ckpt_path.is_file():
+            try:
+                state = torch.load(ckpt_path, map_location=device, weights_only=True)
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                start = int(state["iteration"])
+            except (KeyError, RuntimeError, ValueError) as exc:
+                raise CheckpointError(f"cannot resume from {ckpt_path}: {str(exc).splitlines()[0]}") from exc
+            if state.get("classes") != train_data.classes:
+                raise CheckpointError(f"{ckpt_path} was trained on other classes; use a new output folder")
+        elif not resume and ckpt_path.exists():
+            raise ClZooError(f"{out} already holds a run (last.pt); pass --resume or choose another --output")
+        _atomic_json({"config": cfg.to_dict(), "model": model_name, "classes": train_data.classes,
+                      "train": train_data.summary(), "val": val_data.summary() if val_data else None},
+                     out / "config.json")
+
+    def save(iteration: int) -> None:
+        if out is not None:
+            _atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                          "iteration": iteration, "classes": train_data.classes}, out / "last.pt")
+
+    from tqdm import tqdm
+
+    losses: list[float] = []
+    t0 = time.perf_counter()
+    if start < cfg.max_iter:
+        model.train()
+        _set_sizes(model, cfg.min_sizes_train)
+        dataset = DetectionDataset(train_data, train=True)
+        bar = tqdm(total=cfg.max_iter, initial=start, desc="detect", unit="it", disable=not progress)
+        batches = _infinite_batches(dataset, cfg, start)
+        for iteration in range(start, cfg.max_iter):
+            images, targets = next(batches)
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.lr_at(iteration)
+            images = [im.to(device, non_blocking=True) for im in images]
+            targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
+            loss_dict = model(images, targets)
+            loss = sum(loss_dict.values())
+            if not torch.isfinite(loss):
+                raise ClZooError(f"loss became {loss.item()} at iteration {iteration}; lower --lr or add warm-up")
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.item()))
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{cfg.lr_at(iteration):.4g}")
+            bar.update(1)
+            if cfg.checkpoint_period and (iteration + 1) % cfg.checkpoint_period == 0 and iteration + 1 < cfg.max_iter:
+                save(iteration + 1)
+        bar.close()
+        save(cfg.max_iter)
+    train_seconds = time.perf_counter() - t0
+
+    metrics: dict[str, float] = {}
+    if val_data is not None:
+        metrics = evaluate_model(model, val_data, cfg, device, progress=progress)
+    report_path = None
+    if out is not None:
+        report = {
+            "task": "detection",
+            "engine": "torchvision",
+            "model": model_name,
+            "head": cfg.head,
+            "config": cfg.to_dict(),
+            "device": str(device),
+            "iterations": cfg.max_iter,
+            "resumed_from": start,
+            "train_seconds": round(train_seconds, 2),
+            "final_loss": losses[-1] if losses else None,
+            "train_data": train_data.summary(),
+            "val_data": val_data.summary() if val_data else None,
+            "val_images_evaluated": (min(len(val_data.samples), cfg.val_limit) if cfg.val_limit else len(val_data.samples)) if val_data else 0,
+            "metrics": _clean(metrics),
+        }
+        report_path = out / "report.json"
+        _atomic_json(report, report_path)
+    return DetectionRun(model, metrics, report_path, losses)
+
+
+def open_datasets(train_roots: Sequence[str], train_split: str, val_root: str | None, val_split: str | None
+                  ) -> tuple[DetectionData, DetectionData | None]:
+    """Training data (several roots are concatenated, e.g. VOC2007 + VOC2012) and validation data
+    with the training label order."""
+    if not train_roots:
+        raise DataError("no training data given")
+    parts = [load_detection_data(train_roots[0], train_split)]
+    for root in train_roots[1:]:
+        nxt = load_detection_data(root, train_split, parts[0].classes if parts[0].layout == "voc" else None)
+        if nxt.classes != parts[0].classes:
+            raise DataError(f"{root} has other classes than {train_roots[0]}")
+        offset = max((s.image_id for p in parts for s in p.samples), default=-1) + 1
+        for s in nxt.samples:
+            s.image_id += offset
+        parts.append(nxt)
+    train = parts[0]
+    if len(parts) > 1:
+        skipped = sum((p.skipped for p in parts), start=parts[0].skipped.__class__())
+        train = dataclasses.replace(train, samples=[s for p in parts for s in p.samples], skipped=skipped,
+                                    root=" + ".join(p.root for p in parts))
+    val = None
+    if val_split:
+        val = load_detection_data(val_root or train_roots[0], val_split,
+                                  train.classes if train.layout == "voc" else None)
+        if val.layout == "coco" and val.category_ids != train.category_ids:
+            raise DataError("validation categories differ from the training categories")
+    return train, val
