@@ -1,0 +1,168 @@
+"""Detection transfer: configs, loaders and evaluators on real data, a few CPU training steps."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from cl_zoo.cli import main
+from cl_zoo.detection import (
+    DetectionConfig,
+    evaluate_detections,
+    load_coco,
+    load_voc,
+    open_datasets,
+    train_detector,
+    voc_evaluate,
+)
+from cl_zoo.errors import DataError
+from cl_zoo.registry import create_model
+
+CONFIGS = Path(__file__).resolve().parents[1] / "transfer" / "detectron2" / "configs"
+MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
+
+
+def _yaml(name: str) -> dict:
+    cfg = yaml.safe_load((CONFIGS / name).read_text())
+    base = cfg.pop("_BASE_", None)
+    if base is None:
+        return cfg
+
+    def merge(a: dict, b: dict) -> dict:
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = merge(a[k], v) if isinstance(v, dict) and isinstance(a.get(k), dict) else v
+        return out
+
+    return merge(_yaml(base), cfg)
+
+
+def _tuple(text: str | list) -> list[int]:
+    return [int(v) for v in re.findall(r"\d+", text)] if isinstance(text, str) else list(text)
+
+
+@pytest.mark.parametrize(
+    "name,iters,steps,sizes",
+    [
+        ("pascal_voc_R_50_C4_24k.yaml", 24000, [18000, 22000], list(range(480, 801, 32))),
+        ("coco_R_50_C4_1x.yaml", 90000, [60000, 80000], list(range(640, 801, 32))),
+        ("coco_R_50_C4_2x.yaml", 180000, [120000, 160000], list(range(640, 801, 32))),
+        ("coco_R_50_FPN_1x.yaml", 90000, [60000, 80000], list(range(640, 801, 32))),
+    ],
+)
+def test_detectron2_configs_carry_the_protocol(name, iters, steps, sizes):
+    cfg = _yaml(name)
+    m = cfg["MODEL"]
+    assert m["PIXEL_MEAN"] == MEAN and m["PIXEL_STD"] == STD and cfg["INPUT"]["FORMAT"] == "RGB"
+    assert m["RESNETS"]["STRIDE_IN_1X1"] is False and m["BACKBONE"]["FREEZE_AT"] == 0
+    assert m["RESNETS"]["NORM"] in ("naiveSyncBN", "SyncBN") and cfg["TEST"]["PRECISE_BN"]["ENABLED"] is True
+    assert cfg["SOLVER"]["IMS_PER_BATCH"] == 16 and cfg["SOLVER"]["BASE_LR"] == 0.02
+    assert cfg["SOLVER"]["MAX_ITER"] == iters and _tuple(cfg["SOLVER"]["STEPS"]) == steps
+    assert _tuple(cfg["INPUT"]["MIN_SIZE_TRAIN"]) == sizes and cfg["INPUT"]["MIN_SIZE_TEST"] == 800
+    if "FPN" in name:
+        assert m["FPN"]["NORM"] == "SyncBN" and m["BACKBONE"]["NAME"] == "build_resnet_fpn_backbone"
+    else:
+        assert m["ROI_HEADS"]["NAME"] == "Res5ROIHeadsExtraNorm"
+    if "voc" in name:
+        assert m["ROI_HEADS"]["NUM_CLASSES"] == 20 and cfg["SOLVER"]["WARMUP_ITERS"] == 100
+        assert "voc_2012_trainval" in cfg["DATASETS"]["TRAIN"] and "voc_2007_test" in cfg["DATASETS"]["TEST"]
+    train_net = (CONFIGS.parent / "train_net.py").read_text()
+    assert "class Res5ROIHeadsExtraNorm" in train_net and "PascalVOCDetectionEvaluator" in train_net
+
+
+def test_bccd_voc_loader_and_voc07_evaluator(bccd_voc_dir):
+    root = bccd_voc_dir / "bccd-voc"
+    train = load_voc(root, "trainval")
+    test = load_voc(root, "test", train.classes)
+    assert train.classes == ["Platelets", "RBC", "WBC"] and len(test.samples) == 72
+    perfect = [{"boxes": s.boxes, "scores": np.ones(len(s.boxes)), "labels": s.labels} for s in test.samples]
+    empty = [{"boxes": np.zeros((0, 4)), "scores": np.zeros(0), "labels": np.zeros(0, int)} for _ in test.samples]
+    assert voc_evaluate(test, perfect)["voc_AP50"] == pytest.approx(100.0)
+    assert voc_evaluate(test, empty)["voc_AP50"] == 0.0
+    # Shifting every box by most of its width drops AP50 well below perfect.
+    shifted = [dict(p, boxes=p["boxes"] + np.array([1, 0, 1, 0]) * (p["boxes"][:, 2:3] - p["boxes"][:, 0:1]) * 0.6)
+               for p in perfect]
+    assert voc_evaluate(test, shifted)["voc_AP50"] < 50.0
+
+
+def test_voc_folder_without_imagesets_is_a_one_line_error(bccd_voc_dir, tmp_path, capsys):
+    root = tmp_path / "voc"
+    shutil.copytree(bccd_voc_dir / "bccd-voc" / "Annotations", root / "Annotations")
+    (root / "JPEGImages").mkdir()
+    with pytest.raises(DataError, match="ImageSets"):
+        load_voc(root, "trainval")
+    code = main(["detect", "--model", "x", "--data", str(root), "--output", str(tmp_path / "run")])
+    assert code == 2 and "ImageSets" in capsys.readouterr().err
+
+
+def test_coco_bad_boxes_are_skipped_and_counted(tiny_coco_dir, tmp_path):
+    src = tiny_coco_dir / "tiny-coco"
+    data = json.loads((src / "annotations" / "instances_val2017.json").read_text())
+    image = data["images"][0]
+    good = sum(1 for a in data["annotations"])
+    data["annotations"] += [
+        {"id": 10**9, "image_id": image["id"], "category_id": 1, "bbox": [10, 10, 0, 5], "iscrowd": 0, "area": 0},
+        {"id": 10**9 + 1, "image_id": image["id"], "category_id": 1, "bbox": [image["width"] - 5, 0, 50, 50],
+         "iscrowd": 0, "area": 2500},
+        {"id": 10**9 + 2, "image_id": image["id"], "category_id": 1, "bbox": [-30, 5, 20, 20], "iscrowd": 0, "area": 400},
+    ]
+    ann = tmp_path / "bad.json"
+    ann.write_text(json.dumps(data))
+    loaded = load_coco(src / "val2017", ann)
+    assert loaded.skipped["zero-area boxes"] == 1 and loaded.skipped["out-of-bounds boxes"] == 2
+    assert sum(len(s.boxes) for s in loaded.samples) == good
+    assert "skipped" in loaded.summary()
+    perfect = [{"boxes": s.boxes, "scores": np.ones(len(s.boxes)), "labels": s.labels} for s in loaded.samples]
+    metrics = evaluate_detections(loaded, perfect)
+    assert metrics["AP"] == pytest.approx(100.0) and metrics["voc_AP50"] == pytest.approx(100.0)
+
+
+def test_unknown_config_name_is_a_one_line_error(capsys, tmp_path):
+    assert main(["detect", "--config", "voc-c5", "--model", "m", "--data", ".", "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown detection config 'voc-c5'" in err and err.count("\n") == 1
+
+
+def test_detectron2_engine_dry_run_names_the_config(capsys, tmp_path):
+    assert main(["detect", "--engine", "detectron2", "--config", "coco-fpn-1x", "--model", "m",
+                 "--output", str(tmp_path / "run"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "coco_R_50_FPN_1x.yaml" in out and "MODEL.WEIGHTS" in out and "train_net.py" in out
+
+
+def test_torchvision_engine_trains_and_evaluates_on_tiny_coco(tiny_coco_dir, tmp_path):
+    root = tiny_coco_dir / "tiny-coco"
+    train, val = open_datasets([str(root)], "train2017", None, "val2017")
+    cfg = DetectionConfig(head="fpn", batch_size=2, max_iter=2, steps=(1,), warmup_iters=1, min_sizes_train=(96, 128),
+                          min_size_test=96, max_size=160, rois_per_image=32, proposals_test=50, workers=0,
+                          checkpoint_period=1, val_limit=8)
+    torch.manual_seed(0)
+    run = train_detector(create_model("resnet18"), train, val, cfg, tmp_path / "run", device="cpu", progress=False)
+    assert len(run.losses) == 2 and all(np.isfinite(run.losses))
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert set(["AP", "AP50", "AP75", "APs", "APm", "APl", "voc_AP50"]) <= set(report["metrics"])
+    assert report["val_images_evaluated"] == 8 and report["iterations"] == 2
+    # Resume: one more iteration continues from the saved iteration 2.
+    cfg3 = DetectionConfig(**{**cfg.__dict__, "max_iter": 3, "val_limit": 2})
+    again = train_detector(create_model("resnet18"), train, val, cfg3, tmp_path / "run", device="cpu",
+                           resume=True, progress=False)
+    assert len(again.losses) == 1
+    assert json.loads((tmp_path / "run" / "report.json").read_text())["resumed_from"] == 2
+
+
+def test_c4_head_has_extra_norm_and_trains_a_step(bccd_voc_dir, tmp_path):
+    root = bccd_voc_dir / "bccd-voc"
+    train, val = open_datasets([str(root)], "train", None, None)
+    cfg = DetectionConfig(head="c4", norm="frozen", batch_size=1, max_iter=1, steps=(), warmup_iters=1,
+                          min_sizes_train=(96,), min_size_test=96, max_size=128, rois_per_image=8, workers=0)
+    run = train_detector(create_model("resnet18"), train, None, cfg, None, device="cpu", progress=False)
+    head = run.model.roi_heads.box_head
+    assert hasattr(head, "res5") and hasattr(head, "norm") and np.isfinite(run.losses[0])
+    assert not hasattr(run.model.backbone, "layer4")  # C4: res5 lives in the RoI head only
