@@ -117,7 +117,7 @@ def weights_sha256(model: nn.Module) -> str:
     for name, tensor in sorted(model.state_dict().items()):
         t = tensor.detach().to("cpu").contiguous()
         digest.update(f"{name}|{t.dtype}|{tuple(t.shape)}\n".encode())
-        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return digest.hexdigest()
 
 
@@ -159,7 +159,6 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@torch.no_grad()
 def compute_features(
     model: nn.Module,
     paths: Sequence[str],
@@ -167,34 +166,27 @@ def compute_features(
     batch_size: int = 256,
     device: torch.device | str | None = None,
     workers: int = 0,
-    transform: Callable | None = None,
     progress: bool = False,
 ) -> np.ndarray:
-    """Pooled features ``[N, D]`` float32 of images under the model's eval preprocessing."""
-    device = torch.device(device) if device is not None else default_device()
-    check_input_channels(model)
-    tf = transform or eval_transform(model_cfg(model))
-    loader = torch.utils.data.DataLoader(
-        ImageListDataset(paths, np.zeros(len(paths), np.int64), tf),
-        batch_size=batch_size,
-        shuffle=False,
-        num_workers=workers,
-        pin_memory=device.type == "cuda",
-    )
-    model = model.to(device).eval()
-    forward = getattr(model, "forward_features", model)
-    chunks: list[np.ndarray] = []
-    iterator = loader
-    if progress:
-        from tqdm import tqdm
+    """Pooled features ``[N, D]`` float32 of images under the model's eval preprocessing.
 
-        iterator = tqdm(loader, desc="features", unit="batch", leave=False)
-    for images, _ in iterator:
-        out = forward(images.to(device, non_blocking=True))
-        chunks.append(out.float().flatten(1).cpu().numpy())
-    if not chunks:
+    Extraction is :func:`cl_zoo.embedding.extract_features` (the one batched loop that ``embed``
+    and ``search`` also use, so an evaluation sees exactly the features a user embeds). Unlike
+    ``embed``, evaluation cannot skip unreadable files: labels are aligned by position.
+    """
+    from cl_zoo.embedding import extract_features
+
+    if len(paths) == 0:
         raise DataError("no images to extract features from (empty split)")
-    return np.concatenate(chunks)
+    check_input_channels(model)
+    result = extract_features(
+        model, list(paths), batch_size=batch_size, device=device if device is not None else "auto",
+        workers=workers, progress=progress,
+    )
+    if result.failures:
+        path, reason = result.failures[0]
+        raise DataError(f"{len(result.failures)} image(s) could not be read (first: {path}: {reason}); fix or remove them")
+    return np.ascontiguousarray(result.features, dtype=np.float32)
 
 
 @dataclass
