@@ -60,6 +60,13 @@ def test_kill_mid_epoch_then_resume_matches_uninterrupted(tmp_path, folder):
     assert state["epoch"] == 1 and state["global_step"] == STEPS_PER_EPOCH
     assert not list(killed_dir.glob(".checkpoint.pt.*"))  # no temp file left behind as the checkpoint
     assert not (killed_dir / "model").exists()
+    from cl_zoo.hub import load_pretrained
+    from cl_zoo.train.loop import export_run
+
+    exported = export_run(killed_dir, tmp_path / "partial")  # what a run stopped at a deadline ships
+    partial = load_pretrained(str(exported))
+    assert partial.pretrained_cfg.epochs == 1 and partial.pretrained_cfg.method == "dcl"
+    torch.testing.assert_close(partial.state_dict()["conv1.weight"], state["model"]["backbone.conv1.weight"])
 
     resumed = _run(["--out", str(killed_dir), "--resume", "--no-progress"], {}, cache)  # recipe and data from the run
     assert resumed.returncode == 0, resumed.stderr[-2000:]

@@ -550,3 +550,32 @@ def pretrain(
 ) -> PretrainResult:
     """Train ``recipe`` on ``data`` into run folder ``out``; see :class:`Trainer` for options."""
     return Trainer(recipe, data, out, **kwargs).fit()
+
+
+def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+               dtype: torch.dtype | None = None) -> Path:
+    """Export the backbone of a run's last checkpoint (e.g. a run stopped before its last epoch).
+
+    The config records the epochs actually trained and the last kNN monitor result, if any.
+    """
+    from cl_zoo.checkpoint import save_pretrained
+    from cl_zoo.methods import build_method_from_recipe
+
+    run_dir = Path(run_dir)
+    state = load_state(run_dir / CHECKPOINT_NAME)
+    recipe = Recipe.from_dict(state["recipe"], source=f"checkpoint {run_dir / CHECKPOINT_NAME}")
+    method = build_method_from_recipe(recipe)
+    method.load_state_dict(state["model"])
+    backbone = method.backbone
+    view0 = augment_configs(method.view_config.presets(), recipe.data.image_size)[0]
+    updates: dict[str, Any] = {"method": recipe.method, "dataset": recipe.data.dataset, "epochs": int(state["epoch"]),
+                               "input_size": (3, recipe.data.image_size, recipe.data.image_size)}
+    if view0.mean is not None:
+        updates.update(mean=tuple(view0.mean), std=tuple(view0.std))
+    backbone.pretrained_cfg = dataclasses.replace(backbone.pretrained_cfg, **updates)
+    knn = {}
+    for row in state.get("history", []):
+        knn = dict(row.get("knn") or {}) or knn
+    backbone.eval()
+    target = Path(out) if out is not None else run_dir / "model"
+    return save_pretrained(backbone, target, recipe=recipe.to_dict(), metrics=knn, dtype=dtype)

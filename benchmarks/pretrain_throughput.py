@@ -1,0 +1,225 @@
+"""Training-loop throughput: cl-zoo's in-memory device pipeline vs a torchvision DataLoader baseline.
+
+Both loops run the *same* training step (the method's forward and loss under autocast, backward,
+optimizer step, momentum update) on the same images; only the input pipeline differs:
+
+* ours: the dataset decoded once into a uint8 tensor on the device, batches gathered by index and
+  augmented batched on the device (:mod:`cl_zoo.train.data`, exactly what ``cl-zoo pretrain`` runs);
+* baseline: how peer libraries train on CIFAR: uint8 arrays in host memory, per-image PIL
+  torchvision transforms (RandomResizedCrop, flip, ColorJitter, grayscale, ToTensor, Normalize) in
+  DataLoader workers, then a host-to-device copy.
+
+Prints images/s (and views/s: images x views) for both, their ratio, and the step's achieved
+TFLOP/s (FLOPs of one forward+backward counted by ``torch.utils.flop_counter``).
+
+    # GPU, the issue's setting (ResNet-18 CIFAR stem, CIFAR-10, 2 views, batch 512):
+    python benchmarks/pretrain_throughput.py --method dcl --data ../shared/datasets/cifar10-jpeg.tar.gz
+    # CPU, small:
+    python benchmarks/pretrain_throughput.py --device cpu --batch-size 32 --steps 3 --warmup 1 \
+        --images 512 --set model_args.width=0.25 --workers 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Iterator
+
+import numpy as np
+import torch
+import yaml
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset
+from torchvision import transforms as T
+
+from cl_zoo.data.augment import AugmentConfig
+from cl_zoo.methods import build_method_from_recipe
+from cl_zoo.train.data import InMemoryBatches, augment_configs
+from cl_zoo.train.optim import build_optimizer
+from cl_zoo.train.recipe import Recipe
+
+
+class _PILViews(Dataset):
+    """torchvision-CIFAR style: uint8 HWC arrays, PIL transforms per image and view."""
+
+    def __init__(self, images: np.ndarray, transforms: list) -> None:
+        self.images, self.transforms = images, transforms
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i: int):
+        img = Image.fromarray(self.images[i])
+        return i, [t(img) for t in self.transforms]
+
+
+def torchvision_transform(cfg: AugmentConfig):
+    ops = [T.RandomResizedCrop(cfg.size, scale=cfg.scale, ratio=cfg.ratio), T.RandomHorizontalFlip(cfg.flip_p)]
+    if cfg.jitter_p > 0:
+        ops.append(T.RandomApply([T.ColorJitter(cfg.brightness, cfg.contrast, cfg.saturation, cfg.hue)], p=cfg.jitter_p))
+    if cfg.grayscale_p > 0:
+        ops.append(T.RandomGrayscale(cfg.grayscale_p))
+    if cfg.blur_p > 0:
+        ops.append(T.RandomApply([T.GaussianBlur(cfg.kernel_size, cfg.blur_sigma)], p=cfg.blur_p))
+    ops.append(T.ToTensor())
+    if cfg.mean is not None:
+        ops.append(T.Normalize(cfg.mean, cfg.std))
+    return T.Compose(ops)
+
+
+def load_images(args: argparse.Namespace, size: int) -> np.ndarray:
+    """uint8 ``[N, 3, S, S]``: the real dataset via the trainer's decode, or smooth synthetic images."""
+    if args.data:
+        from cl_zoo.data.memory import decode_to_tensor
+        from cl_zoo.train.loop import open_train_data
+
+        data = open_train_data(args.data)
+        paths = data.paths[: args.images] if args.images else data.paths
+        key = data.file_list_hash if len(paths) == len(data.paths) else None
+        return decode_to_tensor(paths, size, cache_key=key).numpy()
+    rng = np.random.default_rng(0)
+    n = args.images or 8192
+    low = torch.from_numpy(rng.integers(0, 256, size=(n, 3, 4, 4), dtype=np.uint8)).float()
+    return torch.nn.functional.interpolate(low, size=size, mode="bilinear", align_corners=False).round().byte().numpy()
+
+
+def step_fn(method, optimizer, device: torch.device, amp: bool, dtype: torch.dtype):
+    """The trainer's step: forward+loss under autocast, backward, optimizer, momentum update."""
+    channels_last = device.type == "cuda"
+
+    def step(index: torch.Tensor, views: list[torch.Tensor], progress: float) -> torch.Tensor:
+        if channels_last:
+            views = [v.contiguous(memory_format=torch.channels_last) for v in views]
+        with torch.autocast(device.type, dtype=dtype, enabled=amp):
+            loss, _ = method(views, index, progress)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        method.after_optimizer_step(progress)
+        return loss
+
+    return step
+
+
+def timed(step, batches: Iterator, warmup: int, steps: int, device: torch.device) -> float:
+    """Seconds for ``steps`` steps after ``warmup`` untimed ones (pipeline included)."""
+    for i in range(warmup):
+        index, views = next(batches)
+        step(index, views, 0.0)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    start = time.perf_counter()
+    for i in range(steps):
+        index, views = next(batches)
+        loss = step(index, views, 0.0)
+    loss.item()  # wait for the last step
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def forever(make_epoch) -> Iterator:
+    epoch = 0
+    while True:
+        yield from make_epoch(epoch)
+        epoch += 1
+
+
+def count_step_flops(method, views: list[torch.Tensor], index: torch.Tensor, amp: bool, dtype: torch.dtype) -> int:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        with torch.autocast(views[0].device.type, dtype=dtype, enabled=amp):
+            loss, _ = method(views, index, 0.0)
+        loss.backward()
+    method.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--recipe", help="recipe YAML (default: recipes/<method>_cifar10.yaml if it exists)")
+    ap.add_argument("--method", default="dcl")
+    ap.add_argument("--arch", default=None)
+    ap.add_argument("--data", help="ImageFolder/archive (train split); default: synthetic images")
+    ap.add_argument("--images", type=int, default=0, help="use the first N images (0: all / 8192 synthetic)")
+    ap.add_argument("--batch-size", type=int, default=512)
+    ap.add_argument("--image-size", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--workers", type=int, default=8, help="baseline DataLoader workers")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default=None)
+    ap.add_argument("--compile", action="store_true", help="torch.compile the backbone (both loops)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args()
+
+    from cl_zoo.train.launch import resolve_device
+    from cl_zoo.train.recipe import RECIPES_DIR
+
+    device = resolve_device(args.device)
+    default_recipe = RECIPES_DIR / f"{args.method}_cifar10.yaml"
+    recipe = Recipe.load(args.recipe) if args.recipe else (Recipe.load(default_recipe) if default_recipe.is_file() else Recipe(method=args.method))
+    overrides = {"method": args.method, "arch": args.arch, "batch_size": args.batch_size,
+                 "data.image_size": args.image_size, "precision": args.precision, "compile": args.compile or None}
+    for item in args.sets:
+        key, _, value = item.partition("=")
+        overrides[key] = yaml.safe_load(value)
+    recipe = recipe.with_overrides(overrides)
+    size, batch = recipe.data.image_size, recipe.batch_size
+    amp = device.type == "cuda" and recipe.precision != "fp32"
+    dtype = torch.bfloat16 if recipe.precision == "bf16" else torch.float16
+    if device.type == "cpu":
+        torch.set_num_threads(max(1, args.workers))
+
+    torch.manual_seed(recipe.seed)
+    method = build_method_from_recipe(recipe).to(device)
+    if device.type == "cuda":
+        method.to(memory_format=torch.channels_last)
+    if recipe.compile:
+        method.backbone.compile()
+    configs = augment_configs(method.view_config.presets(), size)
+    images = load_images(args, size)
+    if len(images) < batch:
+        raise SystemExit(f"need at least one batch of images ({batch}), have {len(images)}")
+    optimizer = build_optimizer(recipe, method.parameter_groups(recipe.optim.weight_decay))
+    step = step_fn(method, optimizer, device, amp, dtype)
+    method.train()
+
+    # FLOPs of one step (forward + backward) at this batch.
+    probe = InMemoryBatches(torch.from_numpy(images).to(device), configs, batch, 0, 1, recipe.seed)
+    index, views = next(iter(probe.epoch(0)))
+    flops = count_step_flops(method, views, index, amp, dtype)
+
+    # Ours: uint8 tensor on the device, batched device augmentations.
+    ours_time = timed(step, forever(probe.epoch), args.warmup, args.steps, device)
+
+    # Baseline: torchvision PIL transforms in DataLoader workers, same step.
+    hwc = np.ascontiguousarray(images.transpose(0, 2, 3, 1))
+    loader = DataLoader(_PILViews(hwc, [torchvision_transform(c) for c in configs]), batch_size=batch, shuffle=True,
+                        drop_last=True, num_workers=args.workers, pin_memory=device.type == "cuda",
+                        persistent_workers=args.workers > 0, prefetch_factor=4 if args.workers > 0 else None)
+
+    def baseline_epoch(_epoch: int):
+        for index, views in loader:
+            yield index.to(device, non_blocking=True), [v.to(device, non_blocking=True) for v in views]
+
+    base_time = timed(step, forever(baseline_epoch), args.warmup, args.steps, device)
+
+    n_img = args.steps * batch
+    ours_ips, base_ips = n_img / ours_time, n_img / base_time
+    views_n = method.num_views
+    dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    print(f"{recipe.method} {recipe.arch} {recipe.model_args or ''} {size}px batch {batch} x {views_n} views, "
+          f"{recipe.precision if amp else 'fp32'}, {dev_name}, {args.steps} timed steps after {args.warmup} warm-up")
+    print(f"baseline (torchvision PIL + DataLoader, {args.workers} workers): {base_ips:,.0f} images/s "
+          f"({base_ips * views_n:,.0f} views/s)")
+    print(f"cl-zoo (in-memory, device augmentations):   {ours_ips:,.0f} images/s ({ours_ips * views_n:,.0f} views/s)")
+    print(f"ratio: {ours_ips / base_ips:.2f}x")
+    print(f"step FLOPs (fwd+bwd): {flops / 1e9:.1f} GFLOP -> achieved {flops * args.steps / ours_time / 1e12:.4g} TFLOP/s "
+          f"(ours), {flops * args.steps / base_time / 1e12:.4g} TFLOP/s (baseline)")
+
+
+if __name__ == "__main__":
+    main()
