@@ -415,7 +415,7 @@ class Trainer:
         kill_at = _fault_step("CL_ZOO_FAULT_KILL_STEP")
         nan_at = _fault_step("CL_ZOO_FAULT_NAN_STEP")
         peak_lr = r.effective_lr
-        last_knn: dict[str, float] = dict(history[-1].get("knn", {})) if history else {}
+        last_knn: dict[str, float] = next((dict(h["knn"]) for h in reversed(history) if h.get("knn")), {})
         if env.is_main and start_epoch:
             print(f"resumed {self.run_dir} at epoch {start_epoch}/{r.epochs}")
         self.method.train()
