@@ -92,6 +92,8 @@ def test_bad_input_is_one_line_before_training(tmp_path, folder, capsys):
         (["--method", "dcl", *TINY, "--data", str(folder), "--set", "data.augment=nope"], "unknown augmentation preset"),
         (["--method", "dcl", *TINY, "--data", str(folder), "--set", "method_args.tau=0.1"], "method_args key 'tau'"),
         (["--method", "dcl", *TINY, "--data", str(folder), "--resume"], "does not exist"),
+        (["--method", "simo", *TINY, "--data", str(folder), "--batch-size", "16", "--set", "method_args.num_negatives=16"],
+         "batch must be at least K+1=17"),
     ]
     for args, words in cases:
         code, err = run_cli([*args, "--out", str(out)], capsys)
