@@ -230,3 +230,25 @@ def test_bad_inputs_are_one_line_errors(tmp_path, cache, capsys):
     _bad(tmp_path, capsys, ["knn", "-m", str(gray), "--train", str(good), "--test", str(good), "--k", "3"], "input channels")
     _bad(tmp_path, capsys, ["linear-eval", "-m", str(gray), "--train", str(good), "--test", str(good)], "input channels")
     _bad(tmp_path, capsys, ["linear-eval", "-m", "pixels", "--train", str(good), "--test", str(other)], "different class sets")
+
+
+def test_data_forms_named_dataset_and_archive(tmp_path, cache, cifar10_dir, capsys):
+    """DATA may be a named dataset under --root, or an archive of an ImageFolder."""
+    import tarfile
+
+    out = tmp_path / "named.json"
+    assert main(["knn", "-m", "pixels", "--train", "cifar10", "--test", "cifar10", "--root", str(cifar10_dir.parent),
+                 "--per-class", "10", "--k", "20", "--workers", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["data"]["name"] == "cifar10"
+    assert (report["data"]["train"]["num_images"], report["data"]["test"]["num_images"]) == (100, 100)
+    assert report["data"]["train"]["file_list_hash"] != ""
+
+    data = tiny_folder(tmp_path / "folder")
+    archive = tmp_path / "tiny.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(data, arcname="tiny")
+    out = tmp_path / "archive.json"
+    assert main(["knn", "-m", "pixels", "--train", str(archive), "--test", str(archive), "--k", "5", "--workers", "0", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["data"]["name"] == "tiny" and report["metrics"]["knn_k5_top1"] > 0.9

@@ -53,6 +53,15 @@ def _load(model_spec: str, random_init: bool, seed: int) -> Any:
     return cl_zoo.load_model(model_spec)
 
 
+def _device(device: str | None) -> str | None:
+    """Validate ``--device`` up front (one-line error for cuda on a CPU-only machine)."""
+    if device is None or device == "auto":
+        return None
+    from cl_zoo.embedding import resolve_device
+
+    return str(resolve_device(device))
+
+
 def _open_splits(train: str, test: str, root: str | None, train_split: str | None, test_split: str | None, per_class: int | None) -> tuple[Any, Any]:
     from cl_zoo.eval.features import check_same_classes, first_per_class, open_eval_split
 
@@ -141,6 +150,7 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
     from cl_zoo.eval.knn import evaluate_knn
 
     ks = _parse_ints(k, "--k")
+    device = _device(device)
     train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
     model = _load(model_spec, random_init, seed)
     result = evaluate_knn(
@@ -191,6 +201,9 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
         if given:
             raise DataError(f"--{given[0].replace('_', '-')} applies to the paper/small-scale protocols, not fast")
     grid = _parse_floats(wd_grid, "--wd-grid")
+    if min(grid) < 0:
+        raise DataError(f"--wd-grid values must be >= 0, got {wd_grid!r}")
+    device = _device(device)
     train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
     model = _load(model_spec, random_init, seed)
     result = evaluate_linear(

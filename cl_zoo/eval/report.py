@@ -59,8 +59,9 @@ def data_name(data: Any) -> str:
     from cl_zoo.data.named import NAMED_DATASETS
 
     source = str(getattr(data, "source", "")).rstrip("/\\")
-    if source.lower() in NAMED_DATASETS:
-        return source.lower()
+    named = source.split(":", 1)[0].lower()  # named datasets report their source as "cifar10:train"
+    if named in NAMED_DATASETS:
+        return named
     base = os.path.basename(source) or "data"
     for suffix in (".tar.gz", ".tgz", ".tar", ".zip"):
         if base.lower().endswith(suffix):
