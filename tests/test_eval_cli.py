@@ -252,3 +252,21 @@ def test_data_forms_named_dataset_and_archive(tmp_path, cache, cifar10_dir, caps
     assert main(["knn", "-m", "pixels", "--train", str(archive), "--test", str(archive), "--k", "5", "--workers", "0", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["data"]["name"] == "tiny" and report["metrics"]["knn_k5_top1"] > 0.9
+
+
+def test_feature_cache_tells_apart_copies_with_equal_file_names(tmp_path, cache):
+    """CIFAR's train and test subsets share relative names (<class>/0000.jpg), so the file-list hash
+    alone is equal; the cache must still serve each split its own features."""
+    from cl_zoo import create_model
+    from cl_zoo.data.folder import open_image_folder
+    from cl_zoo.eval.features import split_features
+
+    a = open_image_folder(tiny_folder(tmp_path / "a", per_class=3), split="train")
+    b = open_image_folder(tiny_folder(tmp_path / "b", per_class=3, size=24), split="train")
+    assert a.file_list_hash == b.file_list_hash
+    model = create_model("pixels")
+    fa, fb = split_features(model, a, workers=0), split_features(model, b, workers=0)
+    assert fa.key != fb.key and not fa.cached and not fb.cached
+    again = split_features(model, b, workers=0)
+    assert again.cached and np.array_equal(np.asarray(again.features), fb.features)
+    assert not np.array_equal(fa.features, fb.features)
