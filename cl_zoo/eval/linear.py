@@ -304,8 +304,8 @@ def linear_augmented(
         batch_size=proto.batch_size, shuffle=False, num_workers=proto.workers, pin_memory=device.type == "cuda",
     )
     model = model.to(device).eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
+    # No parameter needs a gradient: features are computed under no_grad, and the caller's
+    # requires_grad flags are left as they were.
     forward = getattr(model, "forward_features", model)
     dim = int(getattr(model, "num_features", 0)) or None
     if dim is None:
