@@ -39,7 +39,6 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import tempfile
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +49,7 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.errors import CheckpointError
+from cl_zoo.fileio import atomic_path
 
 # A key of a torchvision ResNet backbone (no classifier), relative to the backbone.
 _BN = r"(weight|bias|running_mean|running_var|num_batches_tracked)"
@@ -300,20 +300,12 @@ def detectron2_name(key: str) -> str | None:
 
 
 def _atomic_write(out: str | os.PathLike[str], write: Callable[[str], None]) -> Path:
-    """Write through a temporary file in the same folder so a failure never leaves a half file."""
+    """Refuse a folder as the output, then let ``write`` fill a same-folder temporary (see fileio)."""
     out = Path(out)
     if out.is_dir():
         raise CheckpointError(f"{out} is a folder; give a file name")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, out)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    with atomic_path(out) as tmp:
+        write(str(tmp))
     return out
 
 

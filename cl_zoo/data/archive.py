@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 from cl_zoo.errors import DataError
+from cl_zoo.fileio import atomic_write_text
 
 ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar.gz", ".tgz", ".tar", ".zip")
 COMPLETE_MARKER = ".cl-zoo-complete"
@@ -53,10 +54,7 @@ def archive_sha256(path: Path) -> str:
         pass
     digest = _sha256_file(path)
     try:
-        memo_dir.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"sha256": digest, "path": str(path.resolve())}))
-        os.replace(tmp, memo)
+        atomic_write_text(memo, json.dumps({"sha256": digest, "path": str(path.resolve())}))
     except OSError:
         pass  # a read-only cache only costs a re-hash next time
     return digest

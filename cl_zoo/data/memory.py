@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
@@ -20,6 +19,7 @@ import torch
 from PIL import Image, UnidentifiedImageError
 
 from cl_zoo.errors import DataError
+from cl_zoo.fileio import atomic_save_npy
 
 _CHUNK = 256  # images per thread task: large enough that scheduling overhead vanishes
 
@@ -123,16 +123,7 @@ def decode_to_tensor(
 
 def _save_atomic(arr: np.ndarray, target: Path) -> None:
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                np.save(fh, arr, allow_pickle=False)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        atomic_save_npy(target, arr)
     except OSError:
         pass  # an unwritable cache only costs decoding again next time
 

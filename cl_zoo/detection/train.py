@@ -15,7 +15,6 @@ with ``resume=True`` continues from ``last.pt``.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import random
@@ -32,6 +31,7 @@ from cl_zoo.detection.datasets import DetectionData, DetectionDataset, collate, 
 from cl_zoo.detection.evaluate import evaluate_detections
 from cl_zoo.detection.models import build_faster_rcnn
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
+from cl_zoo.fileio import atomic_save_torch, atomic_write_json
 
 
 @dataclass
@@ -125,18 +125,6 @@ def _infinite_batches(dataset: DetectionDataset, cfg: DetectionConfig, start: in
         epoch, skip = epoch + 1, 0
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def _atomic_json(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n")
-    os.replace(tmp, path)
-
-
 @torch.no_grad()
 def predict(model: nn.Module, data: DetectionData, device: torch.device, batch_size: int = 2,
             workers: int = 0, progress: bool = False) -> list[dict[str, np.ndarray]]:
@@ -217,14 +205,15 @@ def train_detector(
                 raise CheckpointError(f"{ckpt_path} was trained on other classes; use a new output folder")
         elif not resume and ckpt_path.exists():
             raise ClZooError(f"{out} already holds a run (last.pt); pass --resume or choose another --output")
-        _atomic_json({"config": cfg.to_dict(), "model": model_name, "classes": train_data.classes,
-                      "train": train_data.summary(), "val": val_data.summary() if val_data else None},
-                     out / "config.json")
+        atomic_write_json(out / "config.json",
+                          {"config": cfg.to_dict(), "model": model_name, "classes": train_data.classes,
+                           "train": train_data.summary(), "val": val_data.summary() if val_data else None},
+                          allow_nan=False)
 
     def save(iteration: int) -> None:
         if out is not None:
-            _atomic_save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                          "iteration": iteration, "classes": train_data.classes}, out / "last.pt")
+            atomic_save_torch(out / "last.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                                                "iteration": iteration, "classes": train_data.classes})
 
     from tqdm import tqdm
 
@@ -280,7 +269,7 @@ def train_detector(
             "metrics": _clean(metrics),
         }
         report_path = out / "report.json"
-        _atomic_json(report, report_path)
+        atomic_write_json(report_path, report, allow_nan=False)
     return DetectionRun(model, metrics, report_path, losses)
 
 

@@ -14,7 +14,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch.nn as nn
 from PIL import Image
 
 from cl_zoo.errors import DataError
+from cl_zoo.fileio import atomic_save_npy
 from cl_zoo.registry import PretrainedCfg
 
 FEATURE_CACHE_VERSION = 1
@@ -233,18 +233,6 @@ def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def _atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".npy.tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            np.save(fh, array)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def split_features(
     model: nn.Module,
     data: Any,
@@ -278,7 +266,7 @@ def split_features(
     feats = compute_features(model, data.paths, batch_size=batch_size, device=device, workers=workers, progress=progress)
     seconds = time.perf_counter() - start
     if cache:
-        _atomic_save_npy(path, feats)
+        atomic_save_npy(path, feats)
     return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, False, seconds, path if cache else None)
 
 

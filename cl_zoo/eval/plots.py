@@ -7,11 +7,12 @@ like every other output, so a crash never leaves a truncated PNG beside a report
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from cl_zoo.fileio import atomic_path
 
 
 def _figure():  # noqa: ANN202
@@ -25,15 +26,9 @@ def _figure():  # noqa: ANN202
 
 def _save(fig: Any, path: str | os.PathLike) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_path(path, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     finally:
         _figure().close(fig)
     return path

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -19,6 +18,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from cl_zoo.errors import DataError
+from cl_zoo.fileio import atomic_write_json, atomic_write_text
 
 REPORT_FORMAT_VERSION = 1
 
@@ -118,18 +118,7 @@ def build_report(
 
 def write_json_atomic(obj: Any, path: str | os.PathLike) -> Path:
     """Write JSON via a temporary file in the same folder: the file is complete or absent."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(_jsonable(obj), fh, indent=2)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write_json(path, _jsonable(obj))
 
 
 def read_report(path: str | os.PathLike) -> dict[str, Any]:
@@ -247,13 +236,5 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
 
 
 def write_text_atomic(text: str, path: str | os.PathLike) -> Path:
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    """Replace a checkpoint folder's file whole; the folder must already exist."""
+    return atomic_write_text(path, text, mkdir=False)

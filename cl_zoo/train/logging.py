@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from cl_zoo.fileio import atomic_path
+
 CSV_NAME = "metrics.csv"
 CURVE_NAME = "curves.png"
 
@@ -63,13 +65,11 @@ class RunLogger:
         columns: list[str] = []
         for row in self.rows:
             columns += [k for k in row if k not in columns]
-        tmp = self.csv_path.with_name(f".{CSV_NAME}.tmp")
-        with open(tmp, "w", newline="") as fh:
+        with atomic_path(self.csv_path) as tmp, open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns)
             writer.writeheader()
             for row in self.rows:
                 writer.writerow({k: row.get(k, "") for k in columns})
-        os.replace(tmp, self.csv_path)
 
     def plot(self, title: str = "") -> Path | None:
         """Loss (left axis) and kNN accuracy (right axis) per epoch as ``curves.png``."""
@@ -99,10 +99,11 @@ class RunLogger:
             ax.set_title(title, fontsize=10)
         fig.tight_layout()
         target = self.run_dir / CURVE_NAME
-        tmp = target.with_name(f".{CURVE_NAME}.tmp.png")
-        fig.savefig(tmp)
-        plt.close(fig)
-        os.replace(tmp, target)
+        try:
+            with atomic_path(target, suffix=".png") as tmp:
+                fig.savefig(tmp)
+        finally:
+            plt.close(fig)
         return target
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
+from cl_zoo.fileio import atomic_write_bytes, atomic_write_text
 from cl_zoo.train import launch
 from cl_zoo.train.data import (
     InMemoryBatches,
@@ -413,9 +414,7 @@ class Trainer:
         start_epoch, global_step, history = self._restore()
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self.run_dir / ".recipe.yaml.tmp"
-            tmp.write_text(r.to_yaml())
-            os.replace(tmp, self.run_dir / "recipe.yaml")
+            atomic_write_text(self.run_dir / "recipe.yaml", r.to_yaml())
         self._build_batches()
         self._monitor_sets()
         from cl_zoo.train.logging import RunLogger
@@ -545,9 +544,7 @@ class Trainer:
         save_pretrained(backbone, model_dir, recipe=r.to_dict(), metrics=metrics, card_sections=sections)
         backbone.train(was)
         if curve is not None:
-            tmp = model_dir / ".curves.png.tmp"
-            tmp.write_bytes(curve.read_bytes())
-            os.replace(tmp, model_dir / "curves.png")
+            atomic_write_bytes(model_dir / "curves.png", curve.read_bytes())
         return model_dir
 
 

@@ -2,15 +2,14 @@
 
 A checkpoint is one ``torch.save`` file (``RUN_DIR/checkpoint.pt``) holding plain containers of
 tensors and numbers only, so it loads with ``weights_only=True`` (no pickled code runs on resume).
-It is written to a temporary name in the same folder and moved into place with ``os.replace``: a
-crash while saving leaves the previous checkpoint untouched.
+It is written through :mod:`cl_zoo.fileio` (temporary name in the same folder, fsync, ``os.replace``):
+a crash while saving leaves the previous checkpoint untouched.
 """
 
 from __future__ import annotations
 
 import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from cl_zoo.errors import CheckpointError
+from cl_zoo.fileio import atomic_save_torch
 
 CHECKPOINT_NAME = "checkpoint.pt"
 STATE_FORMAT = 1
@@ -59,23 +59,7 @@ def restore_rng_state(state: dict[str, Any]) -> None:
 
 def save_state(path: str | os.PathLike[str], state: dict[str, Any]) -> Path:
     """Write ``state`` to ``path`` atomically (temp file in the same folder, fsync, rename)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save({"format": STATE_FORMAT, **state}, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the run from other users
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_save_torch(path, {"format": STATE_FORMAT, **state}, fsync=True)
 
 
 def load_state(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict[str, Any]:

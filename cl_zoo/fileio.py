@@ -1,0 +1,151 @@
+"""Atomic file writes: every output is either complete or absent, never half-written.
+
+The project's rule is that a crash, a full disk or Ctrl-C while writing must not leave a truncated
+file where a reader (a resume, a cache lookup, a user) expects a whole one. All writers go through
+:func:`atomic_path`: the data goes to a hidden temporary file in the destination's own folder (same
+file system, so the final ``os.replace`` is atomic), which is moved over the destination only once
+the writer returned without error, and removed on any exception. Temporary names come from
+``mkstemp`` so two processes writing the same destination never write into each other's temporary.
+Their names start with ``.`` followed by the destination's name, which keeps them out of folder
+listings, dataset scans and hub uploads (``publish.IGNORE_PATTERNS`` skips dot files).
+
+``mkstemp`` creates files readable by the owner only; the result is given the mode a plain
+``open()`` would have produced (``0o666 & ~umask``) so runs and caches stay shareable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+__all__ = [
+    "atomic_path",
+    "atomic_write_text",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_save_torch",
+    "atomic_save_npy",
+]
+
+
+def _umask() -> int:
+    """The process umask, read without changing it where the OS allows (thread-safe on Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_path(
+    final: str | os.PathLike[str],
+    *,
+    suffix: str = ".tmp",
+    fsync: bool = False,
+    mkdir: bool = True,
+) -> Iterator[Path]:
+    """Yield a temporary path next to ``final``; on clean exit it replaces ``final``.
+
+    The caller writes the whole file to the yielded path (by name: ``torch.save``, ``savefig``,
+    ``pyarrow`` ... all accept one). ``suffix`` matters to writers that pick a format from the
+    extension (matplotlib: pass ``".png"``). ``fsync=True`` flushes the data to disk before the
+    rename, for files whose loss after a power cut would cost real work (training checkpoints).
+    ``mkdir`` creates the destination's parent folders first. Exceptions propagate unchanged.
+    """
+    final = Path(final)
+    if mkdir:
+        final.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=suffix, dir=final.parent)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        if fsync:
+            fd = os.open(tmp, os.O_RDWR)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(
+    path: str | os.PathLike[str], data: bytes, *, fsync: bool = False, mkdir: bool = True
+) -> Path:
+    """Write ``data`` to ``path`` atomically; returns ``path`` as a :class:`Path`."""
+    with atomic_path(path, fsync=fsync, mkdir=mkdir) as tmp:
+        tmp.write_bytes(data)
+    return Path(path)
+
+
+def atomic_write_text(
+    path: str | os.PathLike[str],
+    text: str,
+    *,
+    encoding: str = "utf-8",
+    fsync: bool = False,
+    mkdir: bool = True,
+) -> Path:
+    """Write ``text`` to ``path`` atomically (UTF-8 unless told otherwise)."""
+    with atomic_path(path, fsync=fsync, mkdir=mkdir) as tmp:
+        tmp.write_text(text, encoding=encoding)
+    return Path(path)
+
+
+def atomic_write_json(
+    path: str | os.PathLike[str],
+    obj: Any,
+    *,
+    indent: int | None = 2,
+    sort_keys: bool = False,
+    allow_nan: bool = True,
+    fsync: bool = False,
+    mkdir: bool = True,
+) -> Path:
+    """``json.dumps(obj)`` plus a final newline, written atomically.
+
+    The text is produced before anything touches the disk, so an unserialisable object (or NaN with
+    ``allow_nan=False``) raises its ``TypeError``/``ValueError`` and leaves no file behind.
+    """
+    text = json.dumps(obj, indent=indent, sort_keys=sort_keys, allow_nan=allow_nan) + "\n"
+    return atomic_write_text(path, text, fsync=fsync, mkdir=mkdir)
+
+
+def atomic_save_torch(path: str | os.PathLike[str], obj: Any, *, fsync: bool = False) -> Path:
+    """``torch.save(obj)`` to ``path`` atomically."""
+    import torch
+
+    with atomic_path(path, fsync=fsync) as tmp:
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+    return Path(path)
+
+
+def atomic_save_npy(
+    path: str | os.PathLike[str], array: Any, *, allow_pickle: bool = False, fsync: bool = False
+) -> Path:
+    """``np.save`` to exactly ``path`` atomically.
+
+    Goes through a file handle because ``np.save`` given a name not ending in ``.npy`` would add
+    the extension and write somewhere else than the temporary.
+    """
+    import numpy as np
+
+    with atomic_path(path, fsync=fsync) as tmp:
+        with open(tmp, "wb") as fh:
+            np.save(fh, array, allow_pickle=allow_pickle)
+    return Path(path)

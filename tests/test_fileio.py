@@ -1,0 +1,82 @@
+"""cl_zoo.fileio: the one atomic-write implementation every writer uses."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cl_zoo.fileio import (
+    atomic_path,
+    atomic_save_npy,
+    atomic_save_torch,
+    atomic_write_bytes,
+    atomic_write_json,
+    atomic_write_text,
+)
+
+
+def test_success_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "sub" / "out.txt"
+    atomic_write_text(target, "old")
+    with atomic_path(target) as tmp:
+        assert tmp.parent == target.parent and tmp.name.startswith(".out.txt.") and tmp.name.endswith(".tmp")
+        tmp.write_text("new")
+        assert target.read_text() == "old"  # nothing visible until the block ends
+    assert target.read_text() == "new"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["out.txt"]
+
+
+def test_failure_keeps_old_file_and_removes_temporary(tmp_path: Path) -> None:
+    target = tmp_path / "out.bin"
+    atomic_write_bytes(target, b"keep")
+    with pytest.raises(KeyboardInterrupt):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise KeyboardInterrupt
+    assert target.read_bytes() == b"keep"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.bin"]
+
+
+def test_unserialisable_json_raises_before_touching_disk(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        atomic_write_json(tmp_path / "r.json", {"x": float("nan")}, allow_nan=False)
+    assert list(tmp_path.iterdir()) == []
+    atomic_write_json(tmp_path / "r.json", {"x": 1})
+    assert (tmp_path / "r.json").read_text() == json.dumps({"x": 1}, indent=2) + "\n"
+
+
+def test_concurrent_temporaries_are_distinct(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    with atomic_path(target) as a, atomic_path(target) as b:
+        assert a != b
+        a.write_text("a")
+        b.write_text("b")
+    assert target.read_text() == "a"  # the outer block finished last
+
+
+def test_permissions_follow_umask_not_mkstemp(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        path = atomic_write_text(tmp_path / "p.txt", "x", fsync=True)
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_missing_folder_without_mkdir_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        atomic_write_text(tmp_path / "absent" / "x.txt", "x", mkdir=False)
+
+
+def test_npy_and_torch_land_at_the_exact_name(tmp_path: Path) -> None:
+    arr = np.arange(6, dtype=np.float32).reshape(2, 3)
+    atomic_save_npy(tmp_path / "cache.bin", arr)  # np.save given a name would append ".npy"
+    assert np.array_equal(np.load(tmp_path / "cache.bin"), arr)
+    atomic_save_torch(tmp_path / "s.pt", {"w": torch.ones(2)}, fsync=True)
+    assert torch.equal(torch.load(tmp_path / "s.pt", weights_only=True)["w"], torch.ones(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.bin", "s.pt"]
