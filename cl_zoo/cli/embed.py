@@ -28,6 +28,7 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16", "fp16"]))
 @click.option("--half", is_flag=True, help="Store float16 instead of float32.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.parts/.")
+@click.option("--save-every", default=None, type=click.IntRange(min=1), help="Batches per progress shard in OUT.parts/ (default: about 1024 images).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def embed_command(
     paths: tuple[str, ...],
@@ -39,6 +40,7 @@ def embed_command(
     precision: str,
     half: bool,
     resume: bool,
+    save_every: int | None,
     quiet: bool,
 ) -> int:
     """Embed images (jpg, png, webp, bmp, tiff, gif) found in PATHS.
@@ -80,6 +82,7 @@ def embed_command(
         progress=not quiet,
         progress_dir=parts,
         resume=resume,
+        chunk_batches=save_every,
         max_batches=int(stop_after) if stop_after else None,
     )
     if rank != 0:
