@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -232,26 +233,59 @@ def load_state_dict(folder: str | os.PathLike[str], sha256: Mapping[str, str] | 
     return state
 
 
-def load_state_into(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
-    """Strictly load weights, with errors that name the first offending key."""
+@dataclass(frozen=True)
+class MismatchMessages:
+    """Templates for :func:`load_state_into`'s errors, so each caller can speak its user's language.
+
+    Filled with ``str.format``: every template gets ``source`` plus the caller's ``context``;
+    ``keys`` also gets ``problems`` (the ``missing``/``unexpected`` parts, each given ``n`` and
+    ``first``, joined by ``"; "``), ``shape`` gets ``key``, ``shape`` and ``expected``, and
+    ``not_finite`` gets ``key``.
+    """
+
+    keys: str = "weights in {source} do not match the architecture: {problems}"
+    missing: str = "{n} missing (first: {first})"
+    unexpected: str = "{n} unexpected (first: {first})"
+    shape: str = "weights in {source} do not match the architecture: {key} has shape {shape}, expected {expected}"
+    not_finite: str = "{source}: {key} contains NaN or infinite values; the file is damaged"
+
+
+def load_state_into(
+    model: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    source: str,
+    *,
+    messages: MismatchMessages = MismatchMessages(),
+    context: Mapping[str, Any] | None = None,
+    check_finite: bool = False,
+) -> int:
+    """Strictly load weights, with one-line errors that name the first offending key.
+
+    Every check runs before the model is touched, so a bad file leaves the model as it was.
+    ``check_finite`` also refuses NaN/inf values (worth its cost for files from outside the zoo).
+    Floating tensors are cast to the model's dtypes; returns how many needed that.
+    """
+    fmt = {"source": source, **(context or {})}
     expected = model.state_dict()
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
     if missing or unexpected:
         parts = []
         if missing:
-            parts.append(f"{len(missing)} missing (first: {missing[0]})")
+            parts.append(messages.missing.format(n=len(missing), first=missing[0]))
         if unexpected:
-            parts.append(f"{len(unexpected)} unexpected (first: {unexpected[0]})")
-        raise CheckpointError(f"weights in {source} do not match the architecture: {'; '.join(parts)}")
+            parts.append(messages.unexpected.format(n=len(unexpected), first=unexpected[0]))
+        raise CheckpointError(messages.keys.format(problems="; ".join(parts), **fmt))
     for key, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[key].shape):
-            raise CheckpointError(
-                f"weights in {source} do not match the architecture: {key} has shape "
-                f"{tuple(tensor.shape)}, expected {tuple(expected[key].shape)}"
-            )
+            raise CheckpointError(messages.shape.format(
+                key=key, shape=tuple(tensor.shape), expected=tuple(expected[key].shape), **fmt))
+        if check_finite and tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(messages.not_finite.format(key=key, **fmt))
+    cast = sum(1 for k, v in state.items() if v.is_floating_point() and v.dtype != expected[k].dtype)
     converted = {k: v.to(expected[k].dtype) if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(converted, strict=True)
+    return cast
 
 
 def load_folder(

@@ -78,7 +78,9 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.nn as nn
 
+from cl_zoo.checkpoint import MismatchMessages, load_state_into
 from cl_zoo.errors import CheckpointError, HubError
+from cl_zoo.fileio import atomic_path
 
 FORMATS = ("jcl", "cmc", "cacr", "moco")
 SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace,)
@@ -295,31 +297,23 @@ def _infer_cmc_arch(backbone: Mapping[str, torch.Tensor], path: Path) -> str:
     return _CMC_ARCH_BY_WIDTH[width]
 
 
+_IMPORT_MESSAGES = MismatchMessages(
+    keys="{source} does not fit {arch} as a {fmt} checkpoint: {problems}; wrong --arch?",
+    missing="{n} backbone weights missing (first: {first})",
+    unexpected="{n} weights the architecture does not have (first: {first})",
+    shape="{source} does not fit {arch}: {key} has shape {shape}, the architecture expects {expected}; "
+          "wrong --arch (width/depth)?",
+)
+
+
 def _load_into(model: nn.Module, backbone: dict[str, torch.Tensor], path: Path, arch: str, fmt: str) -> tuple[int, list[str]]:
-    """Strict, shape-checked load; absent ``num_batches_tracked`` (pre-1.0 PyTorch) are filled."""
+    """Strict, shape- and NaN-checked load; absent ``num_batches_tracked`` (pre-1.0 PyTorch) are filled."""
     expected = model.state_dict()
     filled = [k for k in expected if k not in backbone and k.endswith("num_batches_tracked")]
     for key in filled:
         backbone[key] = torch.zeros((), dtype=torch.long)
-    missing = [k for k in expected if k not in backbone]
-    extra = [k for k in backbone if k not in expected]
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} backbone weights missing (first: {missing[0]})")
-        if extra:
-            parts.append(f"{len(extra)} weights the architecture does not have (first: {extra[0]})")
-        raise CheckpointError(f"{path} does not fit {arch} as a {fmt} checkpoint: {'; '.join(parts)}; wrong --arch?")
-    for key, tensor in backbone.items():
-        if tuple(tensor.shape) != tuple(expected[key].shape):
-            raise CheckpointError(
-                f"{path} does not fit {arch}: {key} has shape {tuple(tensor.shape)}, the architecture expects "
-                f"{tuple(expected[key].shape)}; wrong --arch (width/depth)?"
-            )
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
-            raise CheckpointError(f"{path}: {key} contains NaN or infinite values; the file is damaged")
-    cast = sum(1 for k, v in backbone.items() if v.is_floating_point() and v.dtype != expected[k].dtype)
-    model.load_state_dict({k: v.to(expected[k].dtype) for k, v in backbone.items()}, strict=True)
+    cast = load_state_into(model, backbone, str(path), messages=_IMPORT_MESSAGES,
+                           context={"arch": arch, "fmt": fmt}, check_finite=True)
     return cast, filled
 
 
@@ -499,19 +493,15 @@ def cache_root() -> Path:
 def download(url: str, dest: Path, timeout: float = 60.0) -> Path:
     """Fetch ``url`` into ``dest`` atomically; network failures are one-line :class:`HubError`."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
     try:
         request = urllib.request.Request(url, headers={"User-Agent": "cl-zoo"})
-        with os.fdopen(fd, "wb") as fh, urllib.request.urlopen(request, timeout=timeout) as response:
+        with atomic_path(dest, suffix=".part") as tmp, open(tmp, "wb") as fh, \
+                urllib.request.urlopen(request, timeout=timeout) as response:
             shutil.copyfileobj(response, fh, length=1 << 20)
-        os.replace(tmp_name, dest)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise HubError(f"cannot download {url} ({' '.join(str(reason).split())[:160]}); offline? "
                        "download it by hand and run `cl-zoo import`") from exc
-    finally:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
     return dest
 
 
