@@ -73,9 +73,11 @@ def _accepted_kwargs(cls: type) -> set[str]:
         if init is None or klass is nn.Module:
             continue
         params = inspect.signature(init).parameters
-        internal = ("self", "backbone", "num_views") if klass is ContrastiveMethod else ("self", "backbone")
+        # Required positionals (backbone; the bases' num_views) are filled by the class hierarchy, not
+        # by a recipe; CMC's keyword num_views is a real hyperparameter.
         names.update(
-            n for n, p in params.items() if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and n not in internal
+            n for n, p in params.items()
+            if p.kind is p.KEYWORD_ONLY or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)
         )
         if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
             break

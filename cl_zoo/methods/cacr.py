@@ -22,7 +22,6 @@ import torch
 from torch import Tensor, nn
 
 from cl_zoo.losses.cacr import cacr_multiview_loss
-from cl_zoo.methods.heads import ProjectionHead, feature_dim
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.methods.queue import EmbeddingQueue
 from cl_zoo.train.dist import gather
@@ -43,12 +42,6 @@ class CACR(MomentumMethod):
         t_neg: float = 2.0,
         form: str = "in_batch",
         queue_size: int = 65536,
-        momentum: float = 0.999,
-        momentum_schedule: str = "constant",
-        head_hidden_dim: int | None = 2048,
-        head_out_dim: int = 128,
-        head_layers: int = 2,
-        head_bn: bool = False,
         **base_kwargs: object,
     ) -> None:
         if num_positives < 1:
@@ -61,15 +54,10 @@ class CACR(MomentumMethod):
         self.num_positives = num_positives
         self.t_pos, self.t_neg = float(t_pos), float(t_neg)
         self.form = form
-        head = ProjectionHead(
-            feature_dim(backbone), head_hidden_dim, head_out_dim, num_layers=head_layers, batch_norm=head_bn
-        )
+        self.queue: EmbeddingQueue | None = None
         if form == "moco":
-            self.build_encoders(head, momentum, momentum_schedule)
-            self.queue: EmbeddingQueue | None = EmbeddingQueue(queue_size, head_out_dim)
-        else:
-            self.head = head
-            self.queue = None
+            self.build_key_encoder()
+            self.queue = EmbeddingQueue(queue_size, self.head.out_dim)
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float

@@ -19,9 +19,7 @@ class DCL(TwoViewInBatchMethod):
 
     name = "dcl"
     default_augment = "dcl"
-
-    def __init__(self, backbone: nn.Module, *, temperature: float = 0.1, **kwargs: object) -> None:
-        super().__init__(backbone, temperature=temperature, **kwargs)  # type: ignore[arg-type]
+    default_temperature = 0.1
 
     def pair_loss(self, z1: Tensor, z2: Tensor) -> Tensor:
         return dcl(z1, z2, self.temperature)
@@ -32,11 +30,10 @@ class DCLW(TwoViewInBatchMethod):
 
     name = "dclw"
     default_augment = "dcl"
+    default_temperature = 0.1
 
-    def __init__(
-        self, backbone: nn.Module, *, temperature: float = 0.1, sigma: float = 0.5, **kwargs: object
-    ) -> None:
-        super().__init__(backbone, temperature=temperature, **kwargs)  # type: ignore[arg-type]
+    def __init__(self, backbone: nn.Module, *, sigma: float = 0.5, **kwargs: object) -> None:
+        super().__init__(backbone, **kwargs)  # type: ignore[arg-type]
         if not sigma > 0:
             raise ValueError(f"sigma must be > 0, got {sigma}")
         self.sigma = float(sigma)

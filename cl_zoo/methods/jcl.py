@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cl_zoo.losses.jcl import jcl_loss, lambda_schedule
-from cl_zoo.methods.heads import ProjectionHead, feature_dim
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.methods.queue import EmbeddingQueue
 
@@ -41,12 +40,6 @@ class JCL(MomentumMethod):
         lambda_ramp: bool = False,
         num_keys: int = 5,
         queue_size: int = 65536,
-        momentum: float = 0.999,
-        momentum_schedule: str = "constant",
-        head_hidden_dim: int | None = 2048,
-        head_out_dim: int = 128,
-        head_layers: int = 2,
-        head_bn: bool = False,
         **base_kwargs: object,
     ) -> None:
         if num_keys < 1:
@@ -62,11 +55,8 @@ class JCL(MomentumMethod):
         self.lam = float(lam)
         self.lambda_ramp = bool(lambda_ramp)
         self.num_keys = num_keys
-        head = ProjectionHead(
-            feature_dim(backbone), head_hidden_dim, head_out_dim, num_layers=head_layers, batch_norm=head_bn
-        )
-        self.build_encoders(head, momentum, momentum_schedule)
-        self.queue = EmbeddingQueue(queue_size, head_out_dim, normalize=False)
+        self.build_key_encoder()
+        self.queue = EmbeddingQueue(queue_size, self.head.out_dim, normalize=False)
 
     def lambda_at(self, epoch_progress: float) -> float:
         """lambda for the (0-based, fractional) epoch: fixed, or the per-epoch linear ramp."""

@@ -21,7 +21,6 @@ from torch import Tensor, nn
 
 from cl_zoo.losses.eqco import eqco_loss
 from cl_zoo.losses.infonce import info_nce
-from cl_zoo.methods.heads import ProjectionHead, feature_dim
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.methods.queue import EmbeddingQueue
 
@@ -39,12 +38,6 @@ class MoCoV2(MomentumMethod):
         *,
         temperature: float = 0.2,
         queue_size: int = 65536,
-        momentum: float = 0.999,
-        momentum_schedule: str = "constant",
-        head_hidden_dim: int | None = 2048,
-        head_out_dim: int = 128,
-        head_layers: int = 2,
-        head_bn: bool = False,
         symmetric: bool = False,
         eqco_alpha: float | None = None,
         **base_kwargs: object,
@@ -57,11 +50,8 @@ class MoCoV2(MomentumMethod):
         self.temperature = float(temperature)
         self.symmetric = bool(symmetric)
         self.eqco_alpha = None if eqco_alpha is None else float(eqco_alpha)
-        head = ProjectionHead(
-            feature_dim(backbone), head_hidden_dim, head_out_dim, num_layers=head_layers, batch_norm=head_bn
-        )
-        self.build_encoders(head, momentum, momentum_schedule)
-        self.queue = EmbeddingQueue(queue_size, head_out_dim)
+        self.build_key_encoder()
+        self.queue = EmbeddingQueue(queue_size, self.head.out_dim)
 
     def contrast(self, q: Tensor, k: Tensor, negatives: Tensor) -> Tensor:
         if self.eqco_alpha is None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any, ClassVar
 
 import torch
 from torch import nn
 
 from cl_zoo.methods.base import ContrastiveMethod
-from cl_zoo.methods.heads import Encoder
+from cl_zoo.methods.heads import Encoder, ProjectionHead, feature_dim
 
 
 def momentum_at(base: float, progress: float, total: float | None, schedule: str = "constant") -> float:
@@ -82,19 +83,48 @@ class MomentumEncoder(nn.Module):
 class MomentumMethod(ContrastiveMethod):
     """Base of methods with a query encoder (backbone + head) and its momentum key twin.
 
-    Subclasses call :meth:`build_encoders` in ``__init__``; :meth:`query` and :meth:`key` embed a
-    view (keys under ``no_grad``, L2-normalised in float32), and ``after_optimizer_step`` performs
-    the EMA. The key encoder's parameters have ``requires_grad=False``, so
-    :meth:`~cl_zoo.methods.base.ContrastiveMethod.parameter_groups` leaves them out.
+    ``__init__`` builds the projection head from the hyperparameters every such method shares
+    (``head_*``; ``head_bn`` defaults to the class's :attr:`default_head_bn`) and keeps the
+    momentum settings; subclasses call :meth:`build_key_encoder` once their own arguments are
+    validated (CACR's in-batch form has no key encoder and never calls it). :meth:`query` and
+    :meth:`key` embed a view (keys under ``no_grad``, L2-normalised in float32), and
+    ``after_optimizer_step`` performs the EMA. The key encoder's parameters have
+    ``requires_grad=False``, so :meth:`~cl_zoo.methods.base.ContrastiveMethod.parameter_groups`
+    leaves them out.
     """
+
+    default_head_bn: ClassVar[bool] = False
 
     head: nn.Module
     key_encoder: MomentumEncoder
 
-    def build_encoders(self, head: nn.Module, momentum: float, momentum_schedule: str) -> None:
-        self.head = head
-        self.key_encoder = MomentumEncoder(Encoder(self.backbone, head), momentum, momentum_schedule)
-        if momentum_schedule == "cosine" and self.total_epochs is None:
+    def __init__(
+        self,
+        backbone: nn.Module,
+        num_views: int,
+        *,
+        momentum: float = 0.999,
+        momentum_schedule: str = "constant",
+        head_hidden_dim: int | None = 2048,
+        head_out_dim: int = 128,
+        head_layers: int = 2,
+        head_bn: bool | None = None,
+        **base_kwargs: Any,
+    ) -> None:
+        super().__init__(backbone, num_views, **base_kwargs)
+        self.head = ProjectionHead(
+            feature_dim(backbone),
+            head_hidden_dim,
+            head_out_dim,
+            num_layers=head_layers,
+            batch_norm=self.default_head_bn if head_bn is None else head_bn,
+        )
+        self.base_momentum, self.momentum_schedule = momentum, momentum_schedule
+
+    def build_key_encoder(self) -> None:
+        """The frozen momentum copy of backbone + head (validates the momentum settings)."""
+        self.key_encoder = MomentumEncoder(Encoder(self.backbone, self.head), self.base_momentum, self.momentum_schedule)
+        if self.momentum_schedule == "cosine" and self.total_epochs is None:
             raise ValueError("momentum_schedule='cosine' needs epochs= (the run length)")
 
     def query(self, x: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,8 @@ the global batch.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -20,13 +22,18 @@ from cl_zoo.train.dist import gather
 
 
 class TwoViewInBatchMethod(ContrastiveMethod):
-    """Shared body of SimCLR and DCL: ``loss(z1, z2)`` over globally gathered embeddings."""
+    """Shared body of SimCLR and DCL: ``loss(z1, z2)`` over globally gathered embeddings.
+
+    Subclasses set ``default_temperature`` (their paper's value) and implement :meth:`pair_loss`.
+    """
+
+    default_temperature: ClassVar[float]
 
     def __init__(
         self,
         backbone: nn.Module,
         *,
-        temperature: float,
+        temperature: float | None = None,
         head_hidden_dim: int | None = 2048,
         head_out_dim: int = 128,
         head_layers: int = 2,
@@ -34,6 +41,8 @@ class TwoViewInBatchMethod(ContrastiveMethod):
         **base_kwargs: object,
     ) -> None:
         super().__init__(backbone, num_views=2, **base_kwargs)  # type: ignore[arg-type]
+        if temperature is None:
+            temperature = self.default_temperature
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         self.temperature = float(temperature)
@@ -65,9 +74,7 @@ class SimCLR(TwoViewInBatchMethod):
 
     name = "simclr"
     default_augment = "simclr"
-
-    def __init__(self, backbone: nn.Module, *, temperature: float = 0.5, **kwargs: object) -> None:
-        super().__init__(backbone, temperature=temperature, **kwargs)  # type: ignore[arg-type]
+    default_temperature = 0.5
 
     def pair_loss(self, z1: Tensor, z2: Tensor) -> Tensor:
         return nt_xent(z1, z2, self.temperature)

@@ -20,7 +20,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cl_zoo.losses.eqco import simo_loss
-from cl_zoo.methods.heads import ProjectionHead, feature_dim
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.train.dist import gather
 
@@ -31,6 +30,7 @@ class SiMo(MomentumMethod):
     name = "simo"
     default_augment = "mocov2"
     default_sync_bn = True
+    default_head_bn = True  # "MLP head with BN" (EqCo Sec. 3)
 
     def __init__(
         self,
@@ -39,12 +39,6 @@ class SiMo(MomentumMethod):
         temperature: float = 0.2,
         alpha: float = 256.0,
         num_negatives: int | None = None,
-        momentum: float = 0.999,
-        momentum_schedule: str = "constant",
-        head_hidden_dim: int | None = 2048,
-        head_out_dim: int = 128,
-        head_layers: int = 2,
-        head_bn: bool = True,
         symmetric: bool = False,
         **base_kwargs: object,
     ) -> None:
@@ -59,10 +53,7 @@ class SiMo(MomentumMethod):
         self.alpha = float(alpha)
         self.num_negatives = num_negatives
         self.symmetric = bool(symmetric)
-        head = ProjectionHead(
-            feature_dim(backbone), head_hidden_dim, head_out_dim, num_layers=head_layers, batch_norm=head_bn
-        )
-        self.build_encoders(head, momentum, momentum_schedule)
+        self.build_key_encoder()
 
     def _contrast(self, q: Tensor, k: Tensor) -> Tensor:
         q_all, k_all = gather(q, grad=True), gather(k, grad=False)
