@@ -77,6 +77,9 @@ def test_training_step_is_finite_and_reaches_backbone(case: str) -> None:
     assert group_params == {id(p) for p in method.parameters() if p.requires_grad}
     if hasattr(method, "key_encoder"):
         assert all(not p.requires_grad and p.grad is None for p in method.key_encoder.parameters())
+    # DDP (find_unused_parameters=False) fails on a trainable parameter without gradient.
+    unused = [n for n, p in method.named_parameters() if p.requires_grad and p.grad is None]
+    assert method.ddp_find_unused_parameters or not unused, unused
     method.after_optimizer_step(0.5)
 
 
@@ -197,6 +200,16 @@ def test_state_dict_round_trip_reproduces_next_loss(case: str) -> None:
     torch.manual_seed(5)
     got, _ = restored(views2, index2, 0.2)
     assert torch.equal(expected.detach(), got.detach())
+
+
+def test_check_batch_size_hook() -> None:
+    for case in sorted(c for c in CASES if not c.startswith("simo")):
+        make(case).check_batch_size(2)  # queues, banks and in-batch forms need no more than 2 images
+    make("simo_sym").check_batch_size(2)  # num_negatives=None: all N-1 other keys, no K to satisfy
+    simo = make("simo", num_negatives=B)
+    simo.check_batch_size(B + 1)
+    with pytest.raises(ValueError, match=f"batch size {B} is too small: .*at least K\\+1={B + 1}"):
+        simo.check_batch_size(B)
 
 
 def test_simo_rejects_k_not_below_batch() -> None:

@@ -71,7 +71,12 @@ class ContrastiveMethod(nn.Module):
     * ``sync_bn``: whether this method's recipe converts BatchNorm to SyncBatchNorm by default
       (the recipe's ``sync_bn`` has the last word);
     * ``total_epochs``: set at construction (or by the trainer) for schedules that need the run
-      length (JCL's lambda ramp, cosine momentum).
+      length (JCL's lambda ramp, cosine momentum);
+    * ``ddp_find_unused_parameters``: passed to DistributedDataParallel. DDP waits for a gradient
+      of every trainable parameter, so a method whose steps can leave some unused must say so
+      (it costs an extra graph traversal per step, hence off by default; no method needs it now).
+
+    The trainer also calls :meth:`check_batch_size` before it loads any data.
 
     Subclasses implement :meth:`training_step` and, when they have momentum encoders,
     :meth:`after_optimizer_step`.
@@ -80,6 +85,7 @@ class ContrastiveMethod(nn.Module):
     name: ClassVar[str] = ""
     default_augment: ClassVar[str] = "simclr"
     default_sync_bn: ClassVar[bool] = False
+    ddp_find_unused_parameters: ClassVar[bool] = False
 
     backbone: nn.Module
     num_views: int
@@ -124,6 +130,14 @@ class ContrastiveMethod(nn.Module):
     ) -> tuple[Tensor, dict[str, float]]:
         """``training_step``: DDP only synchronises gradients of work done inside ``forward``."""
         return self.training_step(views, index, epoch_progress)
+
+    def check_batch_size(self, global_batch: int) -> None:
+        """Raise ``ValueError`` (one line) if this method cannot train on ``global_batch`` images.
+
+        Default: no constraint beyond the trainer's own (at least 2 images). Queues (MoCo v2, JCL,
+        CACR's moco form) and CMC's memory bank take their negatives outside the batch, and the
+        in-batch forms only need a second image, so only SiMo overrides this.
+        """
 
     @torch.no_grad()
     def after_optimizer_step(self, epoch_progress: float) -> None:

@@ -55,6 +55,15 @@ class SiMo(MomentumMethod):
         self.symmetric = bool(symmetric)
         self.build_key_encoder()
 
+    def check_batch_size(self, global_batch: int) -> None:
+        """K negatives are sampled from the other keys of the global batch."""
+        k = self.num_negatives
+        if k is not None and k >= global_batch:
+            raise ValueError(
+                f"batch size {global_batch} is too small: its K={k} negatives are sampled from the other "
+                f"images of the batch, so the batch must be at least K+1={k + 1}"
+            )
+
     def _contrast(self, q: Tensor, k: Tensor) -> Tensor:
         q_all, k_all = gather(q, grad=True), gather(k, grad=False)
         n = k_all.shape[0]

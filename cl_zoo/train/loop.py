@@ -179,18 +179,10 @@ class Trainer:
             raise ClZooError(f"batch size {r.batch_size} is not divisible by the {env.world_size} processes")
         if r.batch_size < 2:
             raise ClZooError(f"batch size {r.batch_size} is too small: contrastive methods need at least 2 images")
-        negatives = getattr(self.method, "num_negatives", None)  # SiMo/EqCo: K sampled from the batch
-        if isinstance(negatives, int) and negatives >= r.batch_size:
-            raise ClZooError(
-                f"batch size {r.batch_size} is too small for {r.method}: its K={negatives} negatives are sampled "
-                f"from the other images of the batch, so the batch must be at least K+1={negatives + 1}"
-            )
-        check = getattr(self.method, "check_batch_size", None)
-        if callable(check):
-            try:
-                check(r.batch_size)  # a method's own constraint, if it declares one
-            except ValueError as exc:
-                raise ClZooError(f"{r.method}: {exc}") from None
+        try:
+            self.method.check_batch_size(r.batch_size)  # a method's own constraint (SiMo: K < batch)
+        except ValueError as exc:
+            raise ClZooError(f"{r.method}: {exc}") from None
         if r.sync_bn and env.distributed and env.device.type != "cuda":
             raise ClZooError("sync_bn with several processes needs CUDA (torch's SyncBatchNorm has no CPU kernel)")
 
@@ -263,7 +255,7 @@ class Trainer:
                 method,
                 device_ids=[env.device.index] if env.device.type == "cuda" else None,
                 broadcast_buffers=False,  # queues are fed identical gathered keys on every rank
-                find_unused_parameters=bool(getattr(method, "ddp_find_unused_parameters", False)),
+                find_unused_parameters=method.ddp_find_unused_parameters,
             )
         self.optimizer = build_optimizer(r, method.parameter_groups(r.optim.weight_decay))
         amp = env.device.type == "cuda" and r.precision != "fp32"
