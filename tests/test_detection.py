@@ -102,6 +102,19 @@ def test_voc_folder_without_imagesets_is_a_one_line_error(bccd_voc_dir, tmp_path
     assert code == 2 and "ImageSets" in capsys.readouterr().err
 
 
+def test_raw_checkpoint_with_non_standard_resnet_is_a_one_line_error(bccd_voc_dir, tmp_path, capsys):
+    narrow = create_model("resnet18", width=0.5)  # stage widths a stock ResNet-18 cannot hold
+    path = tmp_path / "narrow.pth"
+    torch.save({"state_dict": {f"module.encoder_q.{k}": v for k, v in narrow.state_dict().items()}}, path)
+    out = tmp_path / "run"
+    code = main(["detect", "--model", str(path), "--data", str(bccd_voc_dir / "bccd-voc"), "--output", str(out),
+                 "--max-iter", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error:") and "\n" not in err, err
+    assert "has shape" in err and "non-standard width" in err
+    assert not out.exists() or not any(out.iterdir())
+
+
 def test_coco_bad_boxes_are_skipped_and_counted(tiny_coco_dir, tmp_path):
     src = tiny_coco_dir / "tiny-coco"
     data = json.loads((src / "annotations" / "instances_val2017.json").read_text())

@@ -105,7 +105,7 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
         _detectron2(preset, model_spec, output, num_gpus, dry_run, prefix, extra)
         return
     p = get_preset(preset) if preset is not None else None
-    from cl_zoo.convert.export import resnet_weights
+    from cl_zoo.convert.export import check_standard_layout, resnet_weights
     from cl_zoo.detection.train import DetectionConfig, open_datasets, train_detector
 
     if not data:
@@ -144,6 +144,9 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
         from cl_zoo.registry import create_model
 
         weights = resnet_weights(model_spec, prefix)
+        # Shapes the stock ResNet cannot hold (CIFAR stem, other widths) or missing tensors are a
+        # one-line CheckpointError here, not a PyTorch traceback or a silently half-loaded backbone.
+        check_standard_layout(weights, "the torchvision detector")
         backbone = create_model(f"resnet{weights.depth}")
         backbone.load_state_dict({k: v for k, v in weights.state.items()}, strict=False)
         click.echo(f"backbone: ResNet-{weights.depth} from {weights.source} (prefix {weights.prefix!r})")
