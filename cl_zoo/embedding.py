@@ -26,7 +26,6 @@ import math
 import os
 import shutil
 import sys
-import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from PIL import Image
 
 from cl_zoo.data.images import ImageDecodeError, discover_images, load_image
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import atomic_path, atomic_write_text
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 _INTERPOLATION = {
@@ -254,9 +254,7 @@ def _barrier(world: int) -> None:
 
 
 def _atomic_save_chunk(folder: Path, k: int, chunk: _Chunk) -> None:
-    final = folder / f"part-{k:05d}.npz"
-    fd, tmp = tempfile.mkstemp(prefix=f".part-{k:05d}-", suffix=".npz", dir=folder)
-    with os.fdopen(fd, "wb") as fh:
+    with atomic_path(folder / f"part-{k:05d}.npz", suffix=".npz", mkdir=False) as tmp, open(tmp, "wb") as fh:
         np.savez(
             fh,
             features=chunk.features,
@@ -264,7 +262,6 @@ def _atomic_save_chunk(folder: Path, k: int, chunk: _Chunk) -> None:
             fail_indices=chunk.fail_indices,
             fail_reasons=np.array(chunk.fail_reasons, dtype=np.str_),
         )
-    os.replace(tmp, final)
 
 
 def _load_chunk(folder: Path, k: int) -> _Chunk | None:
@@ -310,9 +307,7 @@ def _open_progress(folder: Path, manifest: dict[str, Any], resume: bool, rank: i
             if folder.exists():
                 shutil.rmtree(folder)
             folder.mkdir(parents=True)
-            tmp = folder / f".{_MANIFEST}.tmp"
-            tmp.write_text(json.dumps(manifest, indent=1))
-            os.replace(tmp, existing)
+            atomic_write_text(existing, json.dumps(manifest, indent=1), mkdir=False)
     _barrier(world)
 
 
@@ -576,15 +571,9 @@ def model_metadata(model: nn.Module, spec: str | None) -> dict[str, str]:
 
 
 def _atomic_write(final: Path, write: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, final)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Let ``write`` fill a same-folder temporary by name (see fileio); no folder is created."""
+    with atomic_path(final, mkdir=False) as tmp:
+        write(str(tmp))
 
 
 def save_embeddings(

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import atomic_path
 
 INDEX_KINDS = ("flat", "ivf", "hnsw")
 
@@ -81,9 +82,8 @@ def save_index(index, path: str | os.PathLike[str]) -> Path:  # noqa: ANN001 - a
     final = Path(path)
     if not final.parent.is_dir():
         raise DataError(f"output folder does not exist: {final.parent}")
-    tmp = final.with_name(f".{final.name}.tmp")
-    faiss.write_index(index, str(tmp))
-    os.replace(tmp, final)
+    with atomic_path(final, mkdir=False) as tmp:
+        faiss.write_index(index, str(tmp))
     return final
 
 
