@@ -16,11 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cl_zoo.data.images import IMAGE_EXTENSIONS, is_image_path
 from cl_zoo.errors import DataError
 
-IMAGE_EXTENSIONS: frozenset[str] = frozenset(
-    {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif"}
-)
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
 
 
@@ -43,10 +41,6 @@ class ImageFolderData:
     @property
     def num_classes(self) -> int:
         return len(self.classes)
-
-
-def is_image_file(name: str) -> bool:
-    return os.path.splitext(name)[1].lower() in IMAGE_EXTENSIONS
 
 
 def _hidden(name: str) -> bool:
@@ -91,7 +85,7 @@ def _list_images(class_dir: Path) -> list[str]:
         dirnames[:] = sorted(d for d in dirnames if not _hidden(d))
         rel = os.path.relpath(dirpath, class_dir)
         for name in filenames:
-            if not _hidden(name) and is_image_file(name):
+            if not _hidden(name) and is_image_path(name):
                 found.append(name if rel == "." else os.path.join(rel, name))
     return sorted(found)
 

@@ -22,6 +22,8 @@ from PIL import Image, UnidentifiedImageError
 
 from cl_zoo.errors import DataError
 
+# The one list of accepted extensions (lower case; names are compared lower-cased). ImageFolder
+# discovery (cl_zoo.data.folder) imports it, so labelled and unlabelled inputs accept the same files.
 IMAGE_EXTENSIONS: frozenset[str] = frozenset(
     {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif"}
 )
