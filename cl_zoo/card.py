@@ -57,6 +57,11 @@ PAPERS["eqco"] = PAPERS["simo"]
 PAPERS["moco"] = PAPERS["mocov2"]
 
 
+# Sections render_card builds from config.json alone; any other section of a card was passed in by
+# whoever wrote the folder (the trainer's "Training" log, a converter's provenance note).
+GENERATED_SECTIONS: tuple[str, ...] = ("Description", "How to load", "Training recipe", "Evaluation", "Citation")
+
+
 def _metric_entries(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
     entries = []
     for name, value in sorted(metrics.items()):
@@ -148,7 +153,7 @@ def render_card(config: Mapping[str, Any], sections: Mapping[str, str] | None = 
     for key, text in sections.items():
         body[key] = text
 
-    order = ["Description", "How to load", "Training recipe", "Evaluation"]
+    order = [k for k in GENERATED_SECTIONS if k != "Citation"]
     order += [k for k in body if k not in order and k != "Citation"] + ["Citation"]
     parts = ["---", yaml.safe_dump(front_matter(config), sort_keys=False).rstrip(), "---", "", f"# {name}", ""]
     for key in order:
@@ -167,3 +172,24 @@ def parse_front_matter(text: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError("model card front matter is not a mapping")
     return data
+
+
+def extra_sections(text: str) -> dict[str, str]:
+    """The sections of a rendered card that are not rebuilt from config.json.
+
+    Re-rendering a card (after new metrics, or for a float16 copy) must keep them, or a card would
+    silently lose its training log and curve. ``## `` lines inside code fences are not headings.
+    """
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced and line.startswith("## "):
+            title = line[3:].strip()
+            current = None if title in GENERATED_SECTIONS else sections.setdefault(title, [])
+            continue
+        if current is not None:
+            current.append(line)
+    return {title: "\n".join(lines).strip() for title, lines in sections.items()}

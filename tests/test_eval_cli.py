@@ -270,3 +270,62 @@ def test_feature_cache_tells_apart_copies_with_equal_file_names(tmp_path, cache)
     again = split_features(model, b, workers=0)
     assert again.cached and np.array_equal(np.asarray(again.features), fb.features)
     assert not np.array_equal(fa.features, fb.features)
+
+
+# --------------------------------------------------------------------------------------------
+# float16 copies: report comparison, card sections kept by card-update
+# --------------------------------------------------------------------------------------------
+
+
+def _report(metrics, *, task="knn", protocol="knn", test_hash="h1"):
+    return {"format": "cl-zoo-eval", "task": task, "protocol": protocol,
+            "data": {"name": "d", "train": {"file_list_hash": "t"}, "test": {"file_list_hash": test_hash}},
+            "metrics": metrics}
+
+
+def test_compare_reports_top1_within_tolerance(tmp_path):
+    from cl_zoo.errors import DataError
+    from cl_zoo.eval.report import compare_reports
+
+    fp32 = _report({"knn_k20_top1": 0.500, "knn_k20_top5": 0.9, "knn_k200_top1": 0.600})
+    # One image in 1000 (exactly 0.1 point) passes despite float rounding; 0.15 point does not.
+    fp16 = _report({"knn_k20_top1": 0.501, "knn_k20_top5": 0.5, "knn_k200_top1": 0.5985})
+    rows = compare_reports(fp32, fp16, 0.001)
+    assert [r["metric"] for r in rows] == ["knn_k20_top1", "knn_k200_top1"]  # top-5 is not compared
+    assert rows[0]["ok"] and rows[0]["diff"] == pytest.approx(0.001)
+    assert not rows[1]["ok"] and rows[1]["diff"] == pytest.approx(-0.0015)
+    assert [r["ok"] for r in compare_reports(fp32, fp16, 0.002)] == [True, True]
+
+    # Paths are read as reports; an explicit metric list is honoured.
+    (tmp_path / "a.json").write_text(json.dumps(fp32))
+    (tmp_path / "b.json").write_text(json.dumps(fp16))
+    rows = compare_reports(tmp_path / "a.json", tmp_path / "b.json", 0.001, metrics=["knn_k20_top5"])
+    assert len(rows) == 1 and not rows[0]["ok"] and rows[0]["b"] == 0.5
+
+    with pytest.raises(DataError, match="different test images"):
+        compare_reports(fp32, _report(fp32["metrics"], test_hash="h2"), 0.001)
+    with pytest.raises(DataError, match="protocol"):
+        compare_reports(fp32, _report(fp32["metrics"], protocol="fast"), 0.001)
+    with pytest.raises(DataError, match="missing from the second"):
+        compare_reports(fp32, _report({"knn_k20_top1": 0.5}), 0.001)
+
+
+def test_card_update_keeps_sections_not_built_from_config(tmp_path):
+    from cl_zoo import create_model, save_pretrained
+    from cl_zoo.card import extra_sections
+    from cl_zoo.eval.features import weights_sha256
+    from cl_zoo.eval.report import update_card
+
+    torch.manual_seed(0)
+    model = create_model("resnet18_cifar", width=0.125)
+    training = "Online kNN monitor:\n\n- knn_k20_top1: 50.00%\n\n![loss and kNN accuracy per epoch](curves.png)"
+    folder = save_pretrained(model, tmp_path / "ckpt", card_sections={"Training": training})
+    assert extra_sections((folder / "README.md").read_text()) == {"Training": training}
+    report = _report({"knn_k5_top1": 0.75})
+    report["model"] = {"weights_sha256": weights_sha256(model)}
+    (tmp_path / "r.json").write_text(json.dumps(report))
+    update_card(folder, tmp_path / "r.json")
+    card = (folder / "README.md").read_text()
+    assert "| d_knn_k5_top1 | 0.75 |" in card
+    assert extra_sections(card) == {"Training": training}
+    assert card.index("## Training") < card.index("## Citation")

@@ -150,6 +150,42 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def compare_reports(
+    a: Mapping[str, Any] | str | os.PathLike,
+    b: Mapping[str, Any] | str | os.PathLike,
+    tolerance: float,
+    *,
+    metrics: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Per-metric ``{"metric", "a", "b", "diff", "ok"}`` rows: does ``b`` reproduce ``a``?
+
+    Made for checking that a converted copy of a checkpoint (float16 bundled weights) scores like
+    the original. Metrics are fractions, so ``tolerance=0.001`` is 0.1 point; ``diff`` is ``b - a``
+    and a row is ok when ``|diff| <= tolerance`` (up to float rounding, so a one-image change of
+    exactly the tolerance passes). ``metrics`` defaults to the top-1 metrics of ``a``. The two
+    reports must come from the same task, protocol and test images, or the numbers say nothing.
+    """
+    ra = a if isinstance(a, Mapping) else read_report(a)
+    rb = b if isinstance(b, Mapping) else read_report(b)
+    for key in ("task", "protocol"):
+        if ra.get(key) != rb.get(key):
+            raise DataError(f"reports differ in {key} ({ra.get(key)!r} vs {rb.get(key)!r}); compare like with like")
+    hashes = [((r.get("data") or {}).get("test") or {}).get("file_list_hash") for r in (ra, rb)]
+    if hashes[0] != hashes[1]:
+        raise DataError("reports were computed on different test images (file-list hashes differ)")
+    names = list(metrics) if metrics is not None else [k for k in ra["metrics"] if k.endswith("top1")]
+    if not names:
+        raise DataError("the first report has no top-1 metric to compare")
+    rows = []
+    for name in names:
+        if name not in ra["metrics"] or name not in rb["metrics"]:
+            raise DataError(f"metric {name!r} is missing from {'the first' if name not in ra['metrics'] else 'the second'} report")
+        va, vb = float(ra["metrics"][name]), float(rb["metrics"][name])
+        diff = vb - va
+        rows.append({"metric": name, "a": va, "b": vb, "diff": diff, "ok": abs(diff) <= tolerance + 1e-9})
+    return rows
+
+
 class EvalResult:
     """A finished evaluation: the report plus what the figures need (kept out of the JSON)."""
 
@@ -193,7 +229,7 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
     The report must have been produced by the weights in ``folder`` (same state-dict sha256):
     otherwise a card could advertise another model's accuracy. Returns the metrics written.
     """
-    from cl_zoo.card import render_card
+    from cl_zoo.card import extra_sections, render_card
     from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, load_folder, read_config
     from cl_zoo.errors import CheckpointError
     from cl_zoo.eval.features import weights_sha256
@@ -229,7 +265,9 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
     # Re-applying the same report replaces its entry instead of duplicating it.
     previous = [e for e in previous if not (e.get("metrics") == metrics and e.get("created") == evaluation["created"])]
     config["evaluations"] = previous + [evaluation]
-    card = render_card(config)
+    card_path = folder / CARD_NAME
+    kept = extra_sections(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
+    card = render_card(config, sections=kept)
     write_text_atomic(json.dumps(config, indent=2) + "\n", folder / CONFIG_NAME)
     write_text_atomic(card, folder / CARD_NAME)
     return metrics
