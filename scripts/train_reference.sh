@@ -7,14 +7,18 @@
 # writes everything worth keeping under $OUT (default ./reference-out):
 #   $OUT/<method>/model/        the backbone, float16 safetensors + config + card (kNN/linear metrics)
 #   $OUT/<method>/run/          recipe.yaml, metrics.csv, curves.png
-#   $OUT/<method>/logs/         pretrain.log, knn.log, linear.log
-#   $OUT/<method>/reports/      knn.json, linear.json (the evaluation reports)
+#   $OUT/<method>/logs/         pretrain.log, knn.log, linear.log, knn_fp16.log, linear_fp16.log
+#   $OUT/<method>/reports/      knn.json, linear.json (float32) and knn_fp16.json, linear_fp16.json (the
+#                               float16 copy; the script fails if a top-1 moves by more than 0.1 point)
 # Environment:
 #   EPOCHS       override the recipe's epochs (to fit the machine's time limit)
 #   BUDGET_S     seconds allowed for pretraining (default 420); at the deadline the run is stopped
 #                and the last completed epoch's checkpoint is exported instead
 #   RUN_ROOT     where the run folder lives (default /tmp/cl-zoo-reference)
 #   KNN_K        neighbour counts for the kNN evaluation (default 20,200)
+#   ARCHIVE      the ImageFolder archive (default .data/cifar10-jpeg.tar.gz)
+#   OUT          output root (default ./reference-out); PYTHON the interpreter (default .venv's)
+#   POLL_S       seconds between progress lines while pretraining (default 10)
 set -euo pipefail
 
 METHOD=${1:?usage: scripts/train_reference.sh METHOD [pretrain options]}
@@ -50,7 +54,7 @@ setsid "${CLZOO[@]}" pretrain --recipe "$RECIPE" --data "$ARCHIVE" --val "$ARCHI
 PID=$!
 STATUS=running
 while kill -0 "$PID" 2>/dev/null; do
-    sleep 10
+    sleep "${POLL_S:-10}"
     NOW=$(date +%s)
     echo "[$((NOW - START))s] $(grep -E '^epoch ' "$DEST/logs/pretrain.log" | tail -n 1 || true)"
     if [ $((NOW - START)) -ge "$BUDGET_S" ]; then
@@ -85,19 +89,55 @@ echo "== linear probe (fast protocol)"
 
 echo "== float16 copy -> $DEST/model"
 "$PY" - "$RUN/model" "$DEST/model" <<'PYEOF'
-import json, shutil, sys
+import dataclasses, json, sys
 from pathlib import Path
 import torch
+from cl_zoo.card import extra_sections
 from cl_zoo.checkpoint import save_pretrained
+from cl_zoo.fileio import atomic_write_bytes
 from cl_zoo.hub import load_pretrained
 
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 config = json.loads((src / "config.json").read_text())
+# The evaluation metrics are measured again on the float16 weights and applied with card-update
+# below, so the copy's card states only numbers its own weights produced (plus the training monitor).
+evaluated = {k for e in config.get("evaluations") or [] for k in (e.get("metrics") or {})}
 model = load_pretrained(str(src))
-save_pretrained(model, dst, recipe=config.get("recipe"), metrics=config.get("metrics"), dtype=torch.float16)
-for extra in ("curves.png", "README.md"):  # the card keeps its training section and eval metrics
-    if (src / extra).is_file():
-        shutil.copy(src / extra, dst / extra)
-print("metrics:", json.dumps(config.get("metrics"), indent=1))
+cfg_metrics = {k: v for k, v in (model.pretrained_cfg.metrics or {}).items() if k not in evaluated}
+model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, metrics=cfg_metrics)
+metrics = {k: v for k, v in (config.get("metrics") or {}).items() if k not in evaluated}
+card = src / "README.md"
+sections = extra_sections(card.read_text(encoding="utf-8")) if card.is_file() else {}  # training log + curve
+save_pretrained(model, dst, recipe=config.get("recipe"), metrics=metrics, dtype=torch.float16, card_sections=sections)
+if (src / "curves.png").is_file():
+    atomic_write_bytes(dst / "curves.png", (src / "curves.png").read_bytes())
+PYEOF
+
+# Issue 8: bundled float16 weights must score within 0.1 point of the float32 ones.
+echo "== float16 check: same kNN and linear probe on $DEST/model"
+"${CLZOO[@]}" knn --model "$DEST/model" --train "$ARCHIVE" --test "$ARCHIVE" --k "${KNN_K:-20,200}" --temperature 0.1 \
+    --out "$DEST/reports/knn_fp16.json" 2>&1 | tee "$DEST/logs/knn_fp16.log"
+"${CLZOO[@]}" linear-eval --model "$DEST/model" --train "$ARCHIVE" --test "$ARCHIVE" --protocol fast \
+    --out "$DEST/reports/linear_fp16.json" 2>&1 | tee "$DEST/logs/linear_fp16.log"
+"${CLZOO[@]}" card-update "$DEST/model" "$DEST/reports/knn_fp16.json"
+"${CLZOO[@]}" card-update "$DEST/model" "$DEST/reports/linear_fp16.json"
+FP16_OK=1
+"$PY" - "$DEST/reports" <<'PYEOF' || FP16_OK=0
+import sys
+from pathlib import Path
+from cl_zoo.eval.report import compare_reports
+
+reports, ok = Path(sys.argv[1]), True
+for task in ("knn", "linear"):
+    for row in compare_reports(reports / f"{task}.json", reports / f"{task}_fp16.json", 0.001):
+        ok &= row["ok"]
+        print(f"{row['metric']:<24} fp32 {100 * row['a']:6.2f}%  fp16 {100 * row['b']:6.2f}%  "
+              f"diff {100 * row['diff']:+.2f} pt  {'ok' if row['ok'] else 'MOVED MORE THAN 0.1 pt'}")
+sys.exit(0 if ok else 1)
 PYEOF
 ls -la "$DEST/model"
+if [ "$FP16_OK" != 1 ]; then
+    echo "error: float16 weights moved a top-1 metric by more than 0.1 point (files kept in $DEST)" >&2
+    exit 1
+fi
+echo "float16 check passed"
