@@ -29,6 +29,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from cl_zoo.errors import CheckpointError
+from cl_zoo.fileio import current_umask
 from cl_zoo.registry import PretrainedCfg, build_arch
 
 CONFIG_NAME = "config.json"
@@ -190,7 +191,9 @@ def save_pretrained(
         for old in list(folder.glob("model*.safetensors")) + [folder / INDEX_NAME]:
             if old.name not in written and old.exists():
                 old.unlink()
+        mode = 0o666 & ~current_umask()  # safetensors creates 0600 files; checkpoints are for sharing
         for name in written:
+            os.chmod(staging / name, mode)
             os.replace(staging / name, folder / name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 
-def _umask() -> int:
+def current_umask() -> int:
     """The process umask, read without changing it where the OS allows (thread-safe on Linux)."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
@@ -76,7 +76,7 @@ def atomic_path(
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, final)
     except BaseException:
         tmp.unlink(missing_ok=True)
