@@ -24,7 +24,6 @@ Fault injection for tests: ``CL_ZOO_FAULT_KILL_STEP=N`` SIGKILLs the process bef
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import signal
 import time
@@ -508,17 +507,8 @@ class Trainer:
 
         r = self.recipe
         backbone = self.method.backbone
-        cfg = backbone.pretrained_cfg
-        view0 = self.view_configs[0]
-        updates: dict[str, Any] = {
-            "method": r.method,
-            "dataset": r.data.dataset or Path(str(self.train_data.source).rstrip("/")).name,
-            "epochs": r.epochs,
-            "input_size": (3, r.data.image_size, r.data.image_size),
-        }
-        if view0.mean is not None:
-            updates.update(mean=tuple(view0.mean), std=tuple(view0.std))
-        backbone.pretrained_cfg = dataclasses.replace(cfg, **updates)
+        dataset = r.data.dataset or Path(str(self.train_data.source).rstrip("/")).name
+        describe_backbone(backbone, r, self.view_configs[0], epochs=r.epochs, dataset=dataset)
         metrics = {f"{k}": round(float(v), 6) for k, v in knn.items()}
         curve = logger.plot(title=f"{r.method} {r.arch}") if logger is not None else None
         model_dir = self.run_dir / "model"
@@ -538,6 +528,20 @@ class Trainer:
         if curve is not None:
             atomic_write_bytes(model_dir / "curves.png", curve.read_bytes())
         return model_dir
+
+
+def describe_backbone(backbone: nn.Module, recipe: Recipe, view0: Any, *, epochs: int, dataset: str | None) -> None:
+    """Record how the backbone was trained, and the input statistics it saw, in its pretrained_cfg
+    (so embed/knn/linear-eval preprocess exactly as training did)."""
+    updates: dict[str, Any] = {
+        "method": recipe.method,
+        "dataset": dataset,
+        "epochs": epochs,
+        "input_size": (3, recipe.data.image_size, recipe.data.image_size),
+    }
+    if view0.mean is not None:
+        updates.update(mean=tuple(view0.mean), std=tuple(view0.std))
+    backbone.pretrained_cfg = dataclasses.replace(backbone.pretrained_cfg, **updates)
 
 
 def pretrain(
@@ -566,11 +570,7 @@ def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | No
     method.load_state_dict(state["model"])
     backbone = method.backbone
     view0 = augment_configs(method.view_config.presets(), recipe.data.image_size)[0]
-    updates: dict[str, Any] = {"method": recipe.method, "dataset": recipe.data.dataset, "epochs": int(state["epoch"]),
-                               "input_size": (3, recipe.data.image_size, recipe.data.image_size)}
-    if view0.mean is not None:
-        updates.update(mean=tuple(view0.mean), std=tuple(view0.std))
-    backbone.pretrained_cfg = dataclasses.replace(backbone.pretrained_cfg, **updates)
+    describe_backbone(backbone, recipe, view0, epochs=int(state["epoch"]), dataset=recipe.data.dataset)
     knn = {}
     for row in state.get("history", []):
         knn = dict(row.get("knn") or {}) or knn
