@@ -11,7 +11,9 @@
 #   DEST/logs/      one log per evaluation
 # and updates MODEL_DIR's config and card with the float32 reports. Exits 1 (files kept) when a
 # top-1 metric of the float16 copy moves by more than 0.1 point.
-# Environment: KNN_K (default 20,200), KNN_T (default 0.1), PYTHON, EVAL_WORKERS (default: CPUs, at most 8).
+# Environment: KNN_K (default 20,200), KNN_T (default 0.1), PYTHON, EVAL_WORKERS (default: CPUs, at most 8),
+#   EVAL_ARGS (extra options for every knn/linear-eval call, e.g. "--root .data --test-split val"
+#   when TRAIN/TEST are named datasets).
 set -euo pipefail
 
 SRC=${1:?usage: scripts/evaluate_and_bundle.sh MODEL_DIR DEST TRAIN_DATA TEST_DATA}
@@ -26,12 +28,13 @@ CLZOO=("$PY" -m cl_zoo.cli)
 mkdir -p "$DEST/logs" "$DEST/reports"
 NPROC=$(nproc 2>/dev/null || echo 2)
 W=${EVAL_WORKERS:-$(( NPROC < 8 ? NPROC : 8 ))}
+read -r -a EXTRA <<< "${EVAL_ARGS:-}"
 
 echo "== kNN (k=${KNN_K:-20,200}, T=${KNN_T:-0.1})"
-"${CLZOO[@]}" knn --model "$SRC" --train "$TRAIN" --test "$TEST" --k "${KNN_K:-20,200}" --temperature "${KNN_T:-0.1}" --workers "$W" \
+"${CLZOO[@]}" knn --model "$SRC" --train "$TRAIN" --test "$TEST" --k "${KNN_K:-20,200}" --temperature "${KNN_T:-0.1}" --workers "$W" ${EXTRA[@]+"${EXTRA[@]}"} \
     --out "$DEST/reports/knn.json" 2>&1 | tee "$DEST/logs/knn.log"
 echo "== linear probe (fast protocol)"
-"${CLZOO[@]}" linear-eval --model "$SRC" --train "$TRAIN" --test "$TEST" --protocol fast --workers "$W" \
+"${CLZOO[@]}" linear-eval --model "$SRC" --train "$TRAIN" --test "$TEST" --protocol fast --workers "$W" ${EXTRA[@]+"${EXTRA[@]}"} \
     --out "$DEST/reports/linear.json" 2>&1 | tee "$DEST/logs/linear.log"
 "${CLZOO[@]}" card-update "$SRC" "$DEST/reports/knn.json"
 "${CLZOO[@]}" card-update "$SRC" "$DEST/reports/linear.json"
@@ -64,9 +67,9 @@ PYEOF
 
 # Issue 8: bundled float16 weights must score within 0.1 point of the float32 ones.
 echo "== float16 check: same kNN and linear probe on $DEST/model"
-"${CLZOO[@]}" knn --model "$DEST/model" --train "$TRAIN" --test "$TEST" --k "${KNN_K:-20,200}" --temperature "${KNN_T:-0.1}" --workers "$W" \
+"${CLZOO[@]}" knn --model "$DEST/model" --train "$TRAIN" --test "$TEST" --k "${KNN_K:-20,200}" --temperature "${KNN_T:-0.1}" --workers "$W" ${EXTRA[@]+"${EXTRA[@]}"} \
     --out "$DEST/reports/knn_fp16.json" 2>&1 | tee "$DEST/logs/knn_fp16.log"
-"${CLZOO[@]}" linear-eval --model "$DEST/model" --train "$TRAIN" --test "$TEST" --protocol fast --workers "$W" \
+"${CLZOO[@]}" linear-eval --model "$DEST/model" --train "$TRAIN" --test "$TEST" --protocol fast --workers "$W" ${EXTRA[@]+"${EXTRA[@]}"} \
     --out "$DEST/reports/linear_fp16.json" 2>&1 | tee "$DEST/logs/linear_fp16.log"
 "${CLZOO[@]}" card-update "$DEST/model" "$DEST/reports/knn_fp16.json"
 "${CLZOO[@]}" card-update "$DEST/model" "$DEST/reports/linear_fp16.json"
