@@ -329,3 +329,25 @@ def test_card_update_keeps_sections_not_built_from_config(tmp_path):
     assert "| d_knn_k5_top1 | 0.75 |" in card
     assert extra_sections(card) == {"Training": training}
     assert card.index("## Training") < card.index("## Citation")
+
+
+def test_random_init_baseline_of_a_checkpoint_folder(tmp_path, cache, capsys):
+    """`--random-init` on a folder evaluates its architecture and preprocessing untrained: the
+    baseline a model card compares against."""
+    from cl_zoo import create_model, save_pretrained
+    from cl_zoo.eval.features import weights_sha256
+
+    torch.manual_seed(0)
+    trained = create_model("resnet18_cifar", width=0.125)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(1.0)  # weights no random initialisation would produce
+    folder = save_pretrained(trained, tmp_path / "ckpt")
+    data = tiny_folder(tmp_path / "mydata")
+    report = tmp_path / "random.json"
+    assert main(["knn", "-m", str(folder), "--random-init", "--train", str(data), "--test", str(data),
+                 "--k", "5", "--workers", "0", "--device", "cpu", "--out", str(report)]) == 0
+    result = json.loads(report.read_text())
+    assert "random init" in result["model"]["name"]
+    assert result["model"]["weights_sha256"] != weights_sha256(trained)
+    assert result["hyperparameters"]["random_init"] is True

@@ -45,9 +45,24 @@ def _load(model_spec: str, random_init: bool, seed: int) -> Any:
     import cl_zoo
 
     if random_init:
+        from pathlib import Path
+
+        from cl_zoo.checkpoint import read_config
+        from cl_zoo.registry import PretrainedCfg, build_arch
+
         torch.manual_seed(seed)
-        model = cl_zoo.create_model(model_spec)
-        model.model_name = f"{model_spec} (random init, seed {seed})"
+        if Path(model_spec).is_dir():
+            # A checkpoint folder: the same architecture and preprocessing, untrained (the baseline
+            # its card compares against).
+            config = read_config(model_spec)
+            cfg = PretrainedCfg.from_dict(config["pretrained_cfg"])
+            cfg.metrics = {}
+            model = build_arch(config["architecture"], cfg, **config["model_args"])
+            name = config.get("model_name") or config["architecture"]
+        else:
+            model = cl_zoo.create_model(model_spec)
+            name = model_spec
+        model.model_name = f"{name} (random init, seed {seed})"
         model.checkpoint_source = "random-init"
         return model.eval()
     return cl_zoo.load_model(model_spec)
@@ -115,7 +130,7 @@ def _finish(result: Any, task: str, out: str | None, plot: bool, as_json: bool) 
 def _common(fn: Callable) -> Callable:
     options = [
         click.option("--model", "-m", "model_spec", required=True, help="Registered name, checkpoint folder/file or hf-hub:owner/name[@rev]."),
-        click.option("--random-init", is_flag=True, help="Treat --model as an architecture and use seeded random weights (baseline)."),
+        click.option("--random-init", is_flag=True, help="Seeded random weights with --model's architecture and preprocessing (a registry name or a checkpoint folder): the baseline."),
         click.option("--train", "train", required=True, help="ImageFolder dir, archive of one, or cifar10/cifar100/stl10/imagenette."),
         click.option("--test", "test", required=True, help="Same forms as --train."),
         click.option("--root", default=None, help="Where named datasets live (default $CL_ZOO_DATA or ./data)."),
