@@ -509,7 +509,7 @@ class Trainer:
         backbone = self.method.backbone
         dataset = r.data.dataset or Path(str(self.train_data.source).rstrip("/")).name
         describe_backbone(backbone, r, self.view_configs[0], epochs=r.epochs, dataset=dataset)
-        metrics = {f"{k}": round(float(v), 6) for k, v in knn.items()}
+        metrics = monitor_metrics(knn)
         curve = logger.plot(title=f"{r.method} {r.arch}") if logger is not None else None
         model_dir = self.run_dir / "model"
         sections = {}
@@ -528,6 +528,13 @@ class Trainer:
         if curve is not None:
             atomic_write_bytes(model_dir / "curves.png", curve.read_bytes())
         return model_dir
+
+
+def monitor_metrics(knn: dict[str, float]) -> dict[str, float]:
+    """The online monitor's kNN accuracies as checkpoint metrics, prefixed ``monitor_``: they come from
+    the training run's own held-out split and temperature, and must not be mistaken for a
+    ``cl-zoo knn`` evaluation (whose metrics are named after the evaluation data)."""
+    return {f"monitor_{k}": round(float(v), 6) for k, v in knn.items()}
 
 
 def describe_backbone(backbone: nn.Module, recipe: Recipe, view0: Any, *, epochs: int, dataset: str | None) -> None:
@@ -576,4 +583,4 @@ def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | No
         knn = dict(row.get("knn") or {}) or knn
     backbone.eval()
     target = Path(out) if out is not None else run_dir / "model"
-    return save_pretrained(backbone, target, recipe=recipe.to_dict(), metrics=knn, dtype=dtype)
+    return save_pretrained(backbone, target, recipe=recipe.to_dict(), metrics=monitor_metrics(knn), dtype=dtype)
