@@ -14,6 +14,30 @@ import torch
 from torch import Tensor
 
 
+
+# --- test inputs and the value+gradient comparison every loss test uses ---------------------------
+
+def raw(*shape: int, seed: int, grad: bool = True) -> Tensor:
+    """Seeded float64 standard-normal input (a leaf requiring grad unless ``grad=False``)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=g, dtype=torch.float64)
+    return x.requires_grad_(True) if grad else x
+
+
+def unit(x: Tensor) -> Tensor:
+    return torch.nn.functional.normalize(x, dim=-1)
+
+
+def check(fast_fn, ref_fn, *inputs: Tensor, grad_rtol: float = 1e-9) -> None:  # noqa: ANN001
+    """The vectorised loss and its loop reference agree in value and in every input's gradient."""
+    v1 = fast_fn(*inputs)
+    g1 = torch.autograd.grad(v1, inputs)
+    v2 = ref_fn(*inputs)
+    g2 = torch.autograd.grad(v2, inputs)
+    torch.testing.assert_close(v1, v2, rtol=1e-10, atol=1e-10)
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=grad_rtol, atol=1e-10)
+
 def dot(a: Tensor, b: Tensor) -> Tensor:
     out = a[0] * b[0]
     for d in range(1, a.shape[0]):

@@ -5,14 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from loss_reference import bank_nce_ref, bank_softmax_ref, info_nce_ref
+from loss_reference import bank_nce_ref, bank_softmax_ref, info_nce_ref, raw
 
 from cl_zoo.losses import CMCLoss, MemoryBank, bank_nce_loss, bank_softmax_loss, cmc_bank_loss, cmc_loss
-
-
-def raw(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(True)
 
 
 def pair_ref(a: torch.Tensor, b: torch.Tensor, tau: float) -> torch.Tensor:

@@ -6,30 +6,10 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
-from loss_reference import eqco_ref
+from loss_reference import check, eqco_ref, raw, unit
 
 from cl_zoo.losses import EqCoLoss, SiMoLoss, eqco_loss, eqco_margin, info_nce, simo_loss
 from cl_zoo.losses.eqco import _sample_other_indices
-
-
-def raw(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(True)
-
-
-def unit(x: torch.Tensor) -> torch.Tensor:
-    return F.normalize(x, dim=-1)
-
-
-def check(fast_fn, ref_fn, *inputs: torch.Tensor) -> None:
-    v1 = fast_fn(*inputs)
-    g1 = torch.autograd.grad(v1, inputs)
-    v2 = ref_fn(*inputs)
-    g2 = torch.autograd.grad(v2, inputs)
-    torch.testing.assert_close(v1, v2, rtol=1e-10, atol=1e-10)
-    for a, b in zip(g1, g2, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
 
 
 def test_margin_is_eq5() -> None:

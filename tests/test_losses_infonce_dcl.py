@@ -5,14 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from loss_reference import dcl_ref, dclw_weights_ref, info_nce_ref, nt_xent_ref
+from loss_reference import dcl_ref, dclw_weights_ref, info_nce_ref, nt_xent_ref, raw
 
 from cl_zoo.losses import DCLLoss, DCLWLoss, InfoNCELoss, NTXentLoss, dcl, dclw, dclw_weights, info_nce, nt_xent
-
-
-def raw(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).requires_grad_(True)
 
 
 def value_and_grads(fn, *inputs: torch.Tensor):

@@ -6,13 +6,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 from loss_reference import jcl_ref
+from loss_reference import raw as _raw
 
 from cl_zoo.losses import JCLLoss, info_nce, jcl_loss, lambda_schedule
 
 
 def raw(*shape: int, seed: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64)
+    """JCL's inputs are normalised before use, so they are plain (non-leaf-grad) tensors here."""
+    return _raw(*shape, seed=seed, grad=False)
 
 
 @pytest.mark.parametrize(("n", "m", "k", "d", "lam"), [(2, 1, 1, 3, 4.0), (2, 3, 4, 3, 2.0), (4, 5, 7, 4, 4.0)])
