@@ -504,6 +504,9 @@ def test_registry_entries_are_honest() -> None:
 
 def test_offline_error_is_one_line_and_names_the_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path / "cache"))
+    # Independent of the caller's environment (CI exports HF_HUB_OFFLINE=1): each half sets the
+    # offline state it tests.
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("CL_ZOO_OFFLINE", "1")
     with pytest.raises(HubError) as info:
         cl_zoo.create_model("jcl_resnet50.in1k_official", pretrained=True)
