@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from cl_zoo.losses.jcl import jcl_loss, lambda_schedule
 from cl_zoo.methods.momentum import MomentumMethod
-from cl_zoo.methods.queue import EmbeddingQueue
+from cl_zoo.methods.queue import EmbeddingQueue, queue_health
 
 
 class JCL(MomentumMethod):
@@ -75,11 +75,13 @@ class JCL(MomentumMethod):
         keys = self.key(torch.cat(list(views[1:]), dim=0))  # [M' B, D], unit rows
         keys = keys.view(self.num_keys, batch, -1).transpose(0, 1)  # [B, M', D]
         lam = self.lambda_at(epoch_progress)
-        loss, mu = jcl_loss(q, keys, self.queue.negatives(), self.temperature, lam)
+        negatives = self.queue.negatives()
+        loss, mu = jcl_loss(q, keys, negatives, self.temperature, lam)
         with torch.no_grad():
             pos = (F.normalize(q.detach().float(), dim=1) * mu).sum(dim=1).mean()
+        health = queue_health(q, negatives)
         self.queue.enqueue(mu)
-        return loss, self.logs(loss=loss, pos_sim=pos, lam=lam)
+        return loss, self.logs(loss=loss, pos_sim=pos, lam=lam, **health)
 
     def extra_repr(self) -> str:
         return (

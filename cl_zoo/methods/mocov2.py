@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from cl_zoo.losses.eqco import eqco_loss
 from cl_zoo.losses.infonce import info_nce
 from cl_zoo.methods.momentum import MomentumMethod
-from cl_zoo.methods.queue import EmbeddingQueue
+from cl_zoo.methods.queue import EmbeddingQueue, queue_health
 
 
 class MoCoV2(MomentumMethod):
@@ -74,8 +74,9 @@ class MoCoV2(MomentumMethod):
             keys = torch.cat([k1, k2], dim=0)
         with torch.no_grad():
             pos = (torch.nn.functional.normalize(q1.detach().float(), dim=1) * k2).sum(dim=1).mean()
+        health = queue_health(q1, negatives)
         self.queue.enqueue(keys)
-        return loss, self.logs(loss=loss, pos_sim=pos)
+        return loss, self.logs(loss=loss, pos_sim=pos, **health)
 
     def extra_repr(self) -> str:
         return (

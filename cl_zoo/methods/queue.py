@@ -61,3 +61,22 @@ class EmbeddingQueue(nn.Module):
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.dim}"
+
+
+@torch.no_grad()
+def queue_health(queries: Tensor, negatives: Tensor) -> dict[str, Tensor]:
+    """Mean cosines that tell a collapsing queue from a slow start (issue 16's diagnosis).
+
+    ``neg_sim``: mean cosine between the batch's queries and the queued negatives; ``queue_sim``:
+    mean cosine between two different queue entries. A healthy queue of diverse keys keeps both
+    near 0; when every entry points the same way ``queue_sim`` goes to 1 and the loss approaches
+    ``log(K + 1)``. Both use the identity mean_{i != j} <n_i, n_j> = (|sum n|^2 - K) / (K (K - 1))
+    for unit rows, so they cost O(K D), not O(K^2 D).
+    """
+    q = F.normalize(queries.detach().float(), dim=1)
+    n = F.normalize(negatives.detach().float(), dim=1)
+    total = n.sum(dim=0)
+    k = n.shape[0]
+    queue_sim = (total.square().sum() - k) / max(k * (k - 1), 1)
+    neg_sim = (q @ (total / k)).mean()
+    return {"neg_sim": neg_sim, "queue_sim": queue_sim}
