@@ -29,6 +29,7 @@ def _arch_stats(arch: str, kwargs_json: str) -> tuple[int, int]:
 def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, Any]]:
     """One dict per registered name: the data behind the table and ``--json``."""
     from cl_zoo.hub import find_bundled
+    from cl_zoo.models.releases import RELEASES
     from cl_zoo.registry import _ARCHS, _PRETRAINED, list_models
 
     rows = []
@@ -47,7 +48,9 @@ def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, A
                 sources.append("bundled")
             if cfg.hf_hub_id:
                 sources.append(f"hf-hub:{cfg.hf_hub_id}" + (f"@{cfg.revision}" if cfg.revision else ""))
-            if cfg.url:
+            if name in RELEASES:  # a published release: every source, in the order tried, with its page
+                sources += [{"source": s.describe(), "page": s.page} for s in RELEASES[name].sources]
+            elif cfg.url:
                 sources.append(cfg.url)
         rows.append(
             {
@@ -114,6 +117,7 @@ def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info_command(name: str, as_json: bool) -> None:
     """Show one registered model: architecture, size, preprocessing, provenance and sources."""
+    from cl_zoo.models.releases import RELEASES
     from cl_zoo.registry import _ARCHS, _PRETRAINED, _ensure_loaded, get_pretrained
 
     _ensure_loaded()
@@ -141,4 +145,12 @@ def info_command(name: str, as_json: bool) -> None:
     if row["metrics"]:
         click.echo(f"  metrics      : {_compact_metrics(row['metrics'])}")
     if row["kind"] == "pretrained":
-        click.echo(f"  sources      : {', '.join(row['sources']) or 'none available'}")
+        if name in RELEASES:
+            release = RELEASES[name]
+            click.echo(f"  trained by   : {release.trained_by}")
+            click.echo(f"  recipe       : {release.recipe}")
+            click.echo(f"  licence from : {release.licence_page}")
+        labels = [s if isinstance(s, str) else f"{s['source']}\n                 copied from {s['page']}"
+                  for s in row["sources"]]
+        click.echo("  sources      : " + ("\n" + " " * 15).join(f"{i}. {text}" for i, text in enumerate(labels, 1))
+                   if labels else "  sources      : none available")
