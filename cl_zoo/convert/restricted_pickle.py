@@ -21,6 +21,7 @@ The caller keeps only the ``state_dict``; the placeholders serve to describe wha
 
 from __future__ import annotations
 
+import _compat_pickle
 import collections
 import io
 import os
@@ -152,6 +153,12 @@ class RestrictedUnpickler(pickle.Unpickler):
         self.placeholders: dict[str, type] = {}
 
     def find_class(self, module: str, name: str) -> Any:
+        # Protocol-2 pickles (torch.save's default) spell Python 3 names the Python 2 way
+        # (``__builtin__.set``); map them back as the stock unpickler does, without importing.
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
         found = ALLOWED_GLOBALS.get((module, name))
         if found is not None:
             return found

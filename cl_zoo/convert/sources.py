@@ -126,11 +126,11 @@ def _fetch_hub(source: Any) -> Path:
         raise HubError("repo not found (or private without a token)") from exc
     except RevisionNotFoundError as exc:
         raise HubError(f"no revision {source.revision}") from exc
-    except EntryNotFoundError as exc:
-        raise HubError(f"no file {source.filename} at that revision") from exc
-    except LocalEntryNotFoundError as exc:
+    except LocalEntryNotFoundError as exc:  # before EntryNotFoundError, its base class
         why = "offline mode (HF_HUB_OFFLINE/CL_ZOO_OFFLINE) forbids the network" if local_only else "the Hub cannot be reached"
         raise HubError(f"not in the HF cache and {why}") from exc
+    except EntryNotFoundError as exc:
+        raise HubError(f"no file {source.filename} at that revision") from exc
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise HubError(" ".join(str(exc).split())[:160]) from exc
     except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack (httpx)
@@ -168,7 +168,7 @@ def fetch_release_file(release: Any) -> tuple[Path, Any]:
         except ClZooError as exc:
             integrity = integrity or isinstance(exc, CheckpointError)
             failures.append(f"{source.describe()} ({exc})")
-    message = f"{release.name}: no source could be used; tried " + "; ".join(
+    message = "no source could be used; tried " + "; ".join(
         f"{i}) {text}" for i, text in enumerate(failures, 1))
     raise (CheckpointError if integrity else HubError)(message)
 
