@@ -345,6 +345,10 @@ def test_cacr_comes_from_the_hub_first_pinned_verified_and_cached(
     assert ("GET", f"/{real_hub.repo_id}/resolve/{real_hub.revision}/{real_hub.filename}") in hub.requests
     assert list((tmp_path / "hf-cache").rglob(real_hub.filename))  # in the HF cache, where huggingface_hub keeps it
     assert not (tmp_path / "cl-cache" / "releases" / "downloads").exists()  # the URL source was never needed
+    card = (tmp_path / "cl-cache" / "releases" / name / "README.md").read_text()
+    assert "Trained by the paper's authors" in card
+    assert f"1. `{real_hub.describe()}` -- copied from {real_hub.page}" in card and "2. `file://" in card
+    assert f"verified: sha256 `{hashlib.sha256(data).hexdigest()}`" in card
 
     # Offline and without the converted folder: huggingface_hub's cache is enough, no request made.
     import shutil
