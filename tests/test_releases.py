@@ -9,6 +9,7 @@ include objects of classes defined in this module) and CACR's file served by the
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -31,7 +32,7 @@ from cl_zoo.cli import main
 from cl_zoo.convert import sources
 from cl_zoo.convert.restricted_pickle import Opaque, restricted_load
 from cl_zoo.errors import CheckpointError, HubError
-from cl_zoo.models.releases import RELEASES, HubSource, Release, UrlSource, _lightly_reported
+from cl_zoo.models.releases import RELEASES, HubSource, UrlSource, _lightly_reported
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
 from hub_server import Commit, FakeHub, Repo
@@ -125,11 +126,14 @@ class AttributeDict(dict):
     """Like Lightning's hyper-parameter container: a dict subclass, pickled by reference to this module."""
 
 
+Progress = collections.namedtuple("Progress", "ready completed")  # pickled with NEWOBJ and arguments
+
+
 class LoopState:
     def __init__(self) -> None:
         self.progress = {"ready": 100, "completed": 100}
         self.best = torch.tensor(0.42)
-        self.nested = [AttributeDict(k=1), {"t": torch.ones(2)}]
+        self.nested = [AttributeDict(k=1), {"t": torch.ones(2)}, Progress(100, 99)]
 
 
 class LightlyLike(nn.Module):
@@ -194,6 +198,7 @@ def test_weights_only_refuses_lightning_files_which_is_why_the_reader_exists(tmp
         "batch_size_per_device": 128, "num_classes": 1000}
     extra = top["loops"]["extra"]
     assert isinstance(extra, Opaque) and torch.equal(extra._state["best"], torch.tensor(0.42))
+    assert extra._state["nested"][2]._args == ((100, 99), {})  # a namedtuple: recorded, not rebuilt
     assert isinstance(top["hparams_type"], type) and issubclass(top["hparams_type"], Opaque)
 
 

@@ -52,6 +52,11 @@ class Opaque(metaclass=_OpaqueMeta):
 
     qualified_name = "?"
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> "Opaque":  # NEWOBJ(_EX): ``cls.__new__(cls, *args)``
+        obj = super().__new__(cls)
+        obj.__dict__["_args"] = (args, kwargs)
+        return obj
+
     def __setstate__(self, state: Any) -> None:
         self.__dict__["_state"] = state
 
