@@ -42,16 +42,17 @@ def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, A
             arch, cfg, kwargs = name, _ARCHS[name].default_cfg, {}
             kind = "architecture"
         params, features = _arch_stats(arch, json.dumps(kwargs, sort_keys=True))
-        sources = []
+        sources: list[dict[str, str | None]] = []  # in the order they are tried; releases add the page's words
         if kind == "pretrained":
             if cfg.bundled and find_bundled(cfg.bundled) is not None:
-                sources.append("bundled")
+                sources.append({"source": "bundled", "page": None})
             if cfg.hf_hub_id:
-                sources.append(f"hf-hub:{cfg.hf_hub_id}" + (f"@{cfg.revision}" if cfg.revision else ""))
-            if name in RELEASES:  # a published release: every source, in the order tried, with its page
-                sources += [{"source": s.describe(), "page": s.page} for s in RELEASES[name].sources]
+                sources.append({"source": f"hf-hub:{cfg.hf_hub_id}" + (f"@{cfg.revision}" if cfg.revision else ""),
+                                "page": None})
+            if name in RELEASES:  # a published release: each source with the page it was copied from
+                sources += [{"source": s.describe(), "page": s.page, "quote": s.quote} for s in RELEASES[name].sources]
             elif cfg.url:
-                sources.append(cfg.url)
+                sources.append({"source": cfg.url, "page": None})
         rows.append(
             {
                 "name": name,
@@ -150,7 +151,7 @@ def info_command(name: str, as_json: bool) -> None:
             click.echo(f"  trained by   : {release.trained_by}")
             click.echo(f"  recipe       : {release.recipe}")
             click.echo(f"  licence from : {release.licence_page}")
-        labels = [s if isinstance(s, str) else f"{s['source']}\n                 copied from {s['page']}"
+        labels = [s["source"] + (f"\n                 copied from {s['page']}" if s["page"] else "")
                   for s in row["sources"]]
         click.echo("  sources      : " + ("\n" + " " * 15).join(f"{i}. {text}" for i, text in enumerate(labels, 1))
                    if labels else "  sources      : none available")
