@@ -225,6 +225,7 @@ def test_lightly_layout_imports_with_features_equal_to_torchvision(tmp_path: Pat
         expected |= {"key_backbone": len(module.key_backbone.state_dict()), "criterion": 2}
     assert report["dropped"] == expected
     assert "AttributeDict object (not rebuilt)" in report["top_level"]["hyper_parameters"]
+    assert json.loads((out / "config.json").read_text())["method"] is None  # SimCLR, DCL, DCLW share this layout
     card = (out / "README.md").read_text()
     assert "restricted unpickler" in card and "weights_only=False" not in card
 
@@ -407,3 +408,21 @@ def test_offline_names_every_source_in_order_in_one_line(tmp_path: Path, monkeyp
     assert "\n" not in message
     assert message.index(f"1) {hub_source.describe()}") < message.index(f"2) {drive.url}")
     assert "not in the HF cache" in message and "offline" in message
+
+
+def test_a_lightly_card_says_plainly_that_lightly_trained_it_not_the_authors() -> None:
+    from cl_zoo.convert.readers import ConversionReport, _card_sections
+
+    report = ConversionReport(format="lightly", source="epoch=99-step=500400.ckpt", source_sha256="0" * 64, arch="resnet50",
+                              model_args={}, top_level={}, state_key="state_dict", prefix="backbone.",
+                              backbone_tensors=320, dropped={"projection_head": 9})
+    release = RELEASES["dcl_resnet50.in1k_lightly"]
+    sections = _card_sections(report, release, release.sources[0].url, verified=True)
+    who = sections["Who trained it"]
+    assert who.startswith("Trained by lightly") and "not the paper's authors" in who and "DCLLoss(temperature=0.1)" in who
+    assert "This is not the paper's own checkpoint" in who
+    assert "the publisher's (not the paper's) numbers" in sections["Reported results"]
+    assert "linear_top1 65.1%" in sections["Reported results"] and "knn_top1 49.6%" in sections["Reported results"]
+    assert f"copied from {release.sources[0].page}" in sections["Origin"] and "License :: OSI Approved :: MIT" in sections["Origin"]
+    authors = _card_sections(report, RELEASES["jcl_resnet50.in1k_official"], None, verified=True)
+    assert authors["Who trained it"].startswith("Trained by the paper's authors") and "not the paper's own" not in authors["Who trained it"]

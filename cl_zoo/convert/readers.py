@@ -327,7 +327,7 @@ class Layout:
     state_keys: tuple[str, ...]
     split: Split
     default_arch: str
-    method: str
+    method: str | None  # None: the file does not say (lightly's SimCLR, DCL and DCLW files share a layout)
 
 
 LAYOUTS: dict[str, Layout] = {
@@ -335,7 +335,7 @@ LAYOUTS: dict[str, Layout] = {
     "jcl": Layout(("state_dict",), _moco_like("encoder_q.", _MOCO_EXTRAS), "resnet50", "jcl"),
     "cacr": Layout(("state_dict",), _moco_like("base_encoder.", _CACR_EXTRAS), "resnet50", "cacr"),
     "cmc": Layout(("model",), _split_cmc, "cmc_resnet50x1_lab", "cmc"),
-    "lightly": Layout(("state_dict",), _split_lightly, "resnet50", "simclr"),
+    "lightly": Layout(("state_dict",), _split_lightly, "resnet50", None),
 }
 READS_LIGHTNING = {"lightly"}  # layouts whose files pickle more than weights: restricted unpickler
 
