@@ -21,7 +21,7 @@ object). ``state_dict`` is the DDP-wrapped ``MoCo`` module:
 MoCoUnlimitedKeysDefault --mlp``; there is no main_jcl.py). Identical file and state layout to MoCo v2:
 ``epoch/arch/state_dict/optimizer``, ``module.encoder_q.*`` with the ``fc.0``/``fc.2`` MLP head,
 ``module.encoder_k.*``, ``module.queue [128, 65536]``, ``module.queue_ptr``. Release:
-``checkpoint_0199.pth.tar`` (GitHub release v0.1, CC BY-NC 4.0).
+``checkpoint_0199.pth.tar`` (the README's link, under github.com/anonymouszyx/JCL/releases/download/v1).
 
 **CACR** (JegZheng/CACR-SSL ``imagenet_pretraining``, MoCo v3 code). File: ``{'epoch', 'arch',
 'state_dict', 'optimizer' (LARS), 'scaler' (GradScaler state: floats/ints)}``. ``state_dict`` is
