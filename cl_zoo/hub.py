@@ -7,7 +7,8 @@ rest of the ecosystem. Resolution order for a registered name:
 1. the folder bundled under ``model_cards/`` (same bytes as the pinned Hub revision; verified by
    sha256 so a stale copy is not used silently) -- offline and instant;
 2. the Hub repo at the pinned revision (cached by ``huggingface_hub``; sha256 verified);
-3. an author-released file (converted on first use, see :mod:`cl_zoo.convert.official`).
+3. a published third-party release, from its own ordered sources (converted on first use, see
+   :mod:`cl_zoo.convert.sources`).
 
 When every source fails the error names each one tried and why.
 """
@@ -159,12 +160,12 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
             tried.append(f"hf-hub:{cfg.hf_hub_id} ({exc})")
     if cfg.url:
         try:
-            from cl_zoo.convert.official import load_official
+            from cl_zoo.convert.sources import load_release
 
-            return load_official(entry)
+            return load_release(entry)
         except ClZooError as exc:
             errors.append(exc)
-            tried.append(f"{cfg.url} ({exc})")
+            tried.append(str(exc))  # already names every source of the release
     message = f"cannot load {entry.name}: " + "; ".join(tried or ["no source is configured"])
     # A source that answered with bad bytes (checksum, shapes) is an integrity problem, not an
     # availability one: keep its type so callers can tell "corrupt" from "unreachable".

@@ -1,7 +1,7 @@
-"""Importing the authors' checkpoints: exact original layouts, lossless conversion, same features.
+"""Importing published checkpoints: exact original layouts, lossless conversion, same features.
 
 The reference encoders below re-implement, with the authors' parameter names and wrapping, the
-networks their training scripts save (see the docstring of :mod:`cl_zoo.convert.official`):
+networks their training scripts save (see the docstring of :mod:`cl_zoo.convert.readers`):
 MoCo/JCL (torchvision ResNet + fc or MLP head, momentum encoder, queue, DDP ``module.``), CACR
 (MoCo v3: projector with BatchNorm1d, predictor, momentum encoder, GradScaler state) and CMC (its
 own ResNet with a 64-channel stem and width-scaled stages, AvgPool2d(7), fc, l2norm; two of them
@@ -27,9 +27,10 @@ from torchvision.models import resnet as tv
 import cl_zoo
 from cl_zoo.checkpoint import load_folder
 from cl_zoo.cli import main
-from cl_zoo.convert import official as conv
+from cl_zoo.convert import readers as conv
+from cl_zoo.convert import sources
 from cl_zoo.errors import CheckpointError, HubError
-from cl_zoo.models.official import OFFICIAL_RELEASES, OfficialRelease
+from cl_zoo.models.releases import RELEASES, Release, UrlSource
 from cl_zoo.ops.color import normalize_lab, rgb_to_lab
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, build_arch, register_pretrained
 
@@ -305,12 +306,14 @@ def test_jcl_card_names_the_release_licence_and_paper_numbers(tmp_path: Path) ->
     # described as it, so check the card through the registry's own import path instead.
     out, report = conv.import_checkpoint("jcl", path, tmp_path / "zoo", arch="resnet18", release_name="jcl_resnet50.in1k_official")
     card = (out / "README.md").read_text()
-    assert "cc-by-nc-4.0" in card
-    assert "https://github.com/caiqi/Joint-Contrastive-Learning#models" in card
-    assert "68.7%" in card and "Published checksum: none" in card
+    assert "license: other" in card and "CC-BY-NC 4.0" in card and "no LICENSE file" in card  # honest, not invented
+    assert "https://github.com/anonymouszyx/JCL/releases/download/v1/checkpoint_0199.pth.tar" in card
+    assert "https://github.com/caiqi/Joint-Contrastive-Learning/blob/" in card  # the page it was copied from
+    assert "68.7%" in card and "no checksum published" in card
+    assert "Trained by the paper's authors" in card
     config = json.loads((out / "config.json").read_text())
     assert config["metrics"]["imagenet1k_linear_top1_reported"] == pytest.approx(0.687)
-    assert config["pretrained_cfg"]["url"] == OFFICIAL_RELEASES["jcl_resnet50.in1k_official"].url
+    assert config["pretrained_cfg"]["url"] == RELEASES["jcl_resnet50.in1k_official"].sources[0].url
 
 
 def test_cacr_layout(tmp_path: Path) -> None:
@@ -359,6 +362,7 @@ def test_cmc_layout_with_namespace_fp16_and_width_inference(tmp_path: Path) -> N
     assert set(report["top_level"]) == {"opt", "contrast", "optimizer", "epoch", "amp"}
     card = (out / "README.md").read_text()
     assert "57.5%" in card and "bsd-2-clause" in card and "could not be identified" in card
+    assert "CMC_resnet50v1.pth is not named on the page" in card  # the one name the page does not print
 
 
 # --------------------------------------------------------------------------------------------------
@@ -415,6 +419,7 @@ def _fails(capsys: pytest.CaptureFixture[str], *args: Any) -> str:
     assert run_cli(*args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err
+    assert "weights_only=False" not in err and "weights_only" not in err.replace("weights_only=True", "")
     return err
 
 
@@ -488,17 +493,21 @@ def test_cmc_width_mismatch_is_rejected(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_registry_entries_are_honest() -> None:
-    names = cl_zoo.list_models("*.in1k*official", pretrained=True)
+    names = cl_zoo.list_models("*.in1k*", pretrained=True)
     assert {"jcl_resnet50.in1k_official", "cmc_resnet50x05_lab.in1k_official", "cmc_resnet50x1_lab.in1k_official",
             "cmc_resnet50x2_lab.in1k_official", "cacr_resnet50.in1k_official", "mocov2_resnet50.in1k_official",
-            "mocov2_resnet50.in1k_800ep_official", "mocov1_resnet50.in1k_official"} <= set(names)
-    for name, release in OFFICIAL_RELEASES.items():
+            "mocov2_resnet50.in1k_800ep_official", "mocov1_resnet50.in1k_official", "dcl_resnet50.in1k_lightly",
+            "dclw_resnet50.in1k_lightly", "simclr_resnet50.in1k_lightly", "mocov2_resnet50.in1k_100ep_lightly"} <= set(names)
+    for name, release in RELEASES.items():
         cfg = _PRETRAINED[name].cfg
-        assert cfg.url == release.url and cfg.url.startswith("https://")
-        assert cfg.sha256 == {}  # no author publishes a sha256: none is invented
-        assert cfg.license and cfg.metrics and cfg.paper
-    assert OFFICIAL_RELEASES["mocov2_resnet50.in1k_official"].md5_prefix == "59fd9945"
-    assert OFFICIAL_RELEASES["jcl_resnet50.in1k_official"].md5_prefix is None
+        assert cfg.url and release.sources and cfg.sha256 == {}
+        assert cfg.license and cfg.metrics and cfg.paper and release.recipe and release.trained_by
+        assert cfg.notes.startswith(f"Trained by {release.trained_by}")
+        assert release.by_authors == name.endswith("_official")  # lightly's runs never pass for the authors'
+    moco = RELEASES["mocov2_resnet50.in1k_official"].sources[0]
+    assert isinstance(moco, UrlSource) and moco.md5_prefix == "59fd9945"
+    assert RELEASES["jcl_resnet50.in1k_official"].sources[0].url == (
+        "https://github.com/anonymouszyx/JCL/releases/download/v1/checkpoint_0199.pth.tar")
     assert _PRETRAINED["cmc_resnet50x05_lab.in1k_official"].cfg.mean == (0.0, 0.0, 0.0)  # the model converts to Lab
 
 
@@ -511,17 +520,17 @@ def test_offline_error_is_one_line_and_names_the_url(tmp_path: Path, monkeypatch
     with pytest.raises(HubError) as info:
         cl_zoo.create_model("jcl_resnet50.in1k_official", pretrained=True)
     message = str(info.value)
-    assert "\n" not in message and OFFICIAL_RELEASES["jcl_resnet50.in1k_official"].url in message
+    assert "\n" not in message and RELEASES["jcl_resnet50.in1k_official"].sources[0].url in message
     monkeypatch.delenv("CL_ZOO_OFFLINE")
 
     def no_network(*args: Any, **kwargs: Any) -> None:
         raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
 
-    monkeypatch.setattr(conv.urllib.request, "urlopen", no_network)
+    monkeypatch.setattr(sources.urllib.request, "urlopen", no_network)
     with pytest.raises(HubError) as info:
         cl_zoo.create_model("mocov2_resnet50.in1k_official", pretrained=True)
     assert "name resolution" in str(info.value) and "moco_v2_200ep_pretrain.pth.tar" in str(info.value)
-    assert not list((tmp_path / "cache" / "official" / "downloads").glob("*"))  # no partial file left
+    assert not list((tmp_path / "cache" / "releases" / "downloads").glob("*"))  # no partial file left
 
 
 @pytest.fixture
@@ -536,11 +545,12 @@ def file_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     def make(md5_prefix: str) -> str:
         name = f"mocov2_resnet18.test_official_{len(created)}"
-        release = OfficialRelease(name=name, format="moco", arch="resnet18", url=path.as_uri(), page=path.as_uri(),
-                                  filename=f"{name}.pth.tar", md5_prefix=md5_prefix,
-                                  reported={"imagenet1k_linear_top1_reported": 0.5}, reported_source="test")
-        monkeypatch.setitem(OFFICIAL_RELEASES, name, release)
-        register_pretrained(name, "resnet18", PretrainedCfg(url=release.url, method="mocov2", license="test", metrics=release.reported))
+        source = UrlSource(url=path.as_uri(), page=path.as_uri(), quote=path.as_uri(), md5_prefix=md5_prefix)
+        release = Release(name=name, format="moco", arch="resnet18", filename=f"{name}.pth.tar", sources=(source,),
+                          trained_by="the paper's authors (test)", recipe="test", licence_page="", licence_quote="",
+                          reported={"imagenet1k_linear_top1_reported": 0.5}, reported_source="test")
+        monkeypatch.setitem(RELEASES, name, release)
+        register_pretrained(name, "resnet18", PretrainedCfg(url=source.url, method="mocov2", license="test", metrics=release.reported))
         created.append(name)
         return name
 
@@ -553,13 +563,13 @@ def test_registered_source_downloads_verifies_converts_and_caches(tmp_path: Path
     make, md5, ref = file_release
     name = make(md5)
     model = cl_zoo.create_model(name, pretrained=True)
-    folder = tmp_path / "cache" / "official" / name
+    folder = tmp_path / "cache" / "releases" / name
     assert model.checkpoint_source == str(folder) and (folder / "config.json").is_file()
     for key, value in model.state_dict().items():
         assert torch.equal(value, ref.encoder_q.state_dict()[key]), key
     config = json.loads((folder / "config.json").read_text())
     assert config["conversion"]["matches_release"] == name and config["origin"].startswith("file://")
-    (tmp_path / "cache" / "official" / "downloads" / f"{name}.pth.tar").unlink()  # second load: cache only
+    (tmp_path / "cache" / "releases" / "downloads" / f"{name}.pth.tar").unlink()  # second load: cache only
     again = cl_zoo.create_model(name, pretrained=True)
     assert torch.equal(again.state_dict()["conv1.weight"], model.state_dict()["conv1.weight"])
 
@@ -569,4 +579,4 @@ def test_registered_source_with_wrong_checksum_is_rejected(tmp_path: Path, file_
     name = make("00000000" if md5 != "00000000" else "11111111")
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         cl_zoo.create_model(name, pretrained=True)
-    assert not (tmp_path / "cache" / "official" / name).exists()
+    assert not (tmp_path / "cache" / "releases" / name).exists()

@@ -1,10 +1,10 @@
-"""``cl-zoo import {jcl,cmc,cacr,moco} CHECKPOINT --out FOLDER``: bring an author-released file into the zoo."""
+"""``cl-zoo import {jcl,cmc,cacr,moco,lightly} CHECKPOINT --out FOLDER``: bring a published checkpoint into the zoo."""
 
 from __future__ import annotations
 
 import click
 
-from cl_zoo.convert.official import FORMATS
+from cl_zoo.convert.readers import FORMATS
 
 
 @click.command("import")
@@ -18,21 +18,23 @@ from cl_zoo.convert.official import FORMATS
 )
 @click.option("--origin", default=None, help="Where the file came from (URL), recorded in the model card.")
 def import_command(format: str, checkpoint: str, out: str, arch: str | None, origin: str | None) -> None:
-    """Convert CHECKPOINT, as released by the authors of FORMAT, into a zoo folder.
+    """Convert CHECKPOINT, in the layout its publisher FORMAT uses, into a zoo folder.
 
     \b
     jcl   checkpoint_0199.pth.tar (state_dict, module.encoder_q.*)
     cmc   CMC_resnet50v{1,2,3}.pth (model, encoder.module.l_to_ab.* / ab_to_l.*)
     cacr  MoCo v3-style checkpoint (state_dict, module.base_encoder.*)
     moco  moco_v{1,2}_*_pretrain.pth.tar (state_dict, module.encoder_q.*)
+    lightly  PyTorch Lightning .ckpt of lightly's benchmarks (state_dict, backbone.*)
 
-    The file is read with torch.load(weights_only=True); every backbone tensor must be used and
-    nothing unknown may be left over, otherwise nothing is written.
+    The file is read with torch.load(weights_only=True), or for lightly's Lightning files with a
+    restricted unpickler that rebuilds only tensors and containers and never runs code from the
+    file; every backbone tensor must be used, otherwise nothing is written.
     """
-    from cl_zoo.convert.official import import_checkpoint
+    from cl_zoo.convert.readers import import_checkpoint
 
     folder, report = import_checkpoint(format, checkpoint, out, arch=arch, origin=origin)
     click.echo(report.text())
     if report.matches_release:
-        click.echo(f"checksum matches the official release {report.matches_release}")
+        click.echo(f"checksum matches the published release {report.matches_release}")
     click.echo(f"wrote {folder}")

@@ -29,6 +29,7 @@ def _arch_stats(arch: str, kwargs_json: str) -> tuple[int, int]:
 def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, Any]]:
     """One dict per registered name: the data behind the table and ``--json``."""
     from cl_zoo.hub import find_bundled
+    from cl_zoo.models.releases import RELEASES
     from cl_zoo.registry import _ARCHS, _PRETRAINED, list_models
 
     rows = []
@@ -41,14 +42,17 @@ def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, A
             arch, cfg, kwargs = name, _ARCHS[name].default_cfg, {}
             kind = "architecture"
         params, features = _arch_stats(arch, json.dumps(kwargs, sort_keys=True))
-        sources = []
+        sources: list[dict[str, str | None]] = []  # in the order they are tried; releases add the page's words
         if kind == "pretrained":
             if cfg.bundled and find_bundled(cfg.bundled) is not None:
-                sources.append("bundled")
+                sources.append({"source": "bundled", "page": None})
             if cfg.hf_hub_id:
-                sources.append(f"hf-hub:{cfg.hf_hub_id}" + (f"@{cfg.revision}" if cfg.revision else ""))
-            if cfg.url:
-                sources.append(cfg.url)
+                sources.append({"source": f"hf-hub:{cfg.hf_hub_id}" + (f"@{cfg.revision}" if cfg.revision else ""),
+                                "page": None})
+            if name in RELEASES:  # a published release: each source with the page it was copied from
+                sources += [{"source": s.describe(), "page": s.page, "quote": s.quote} for s in RELEASES[name].sources]
+            elif cfg.url:
+                sources.append({"source": cfg.url, "page": None})
         rows.append(
             {
                 "name": name,
@@ -114,6 +118,7 @@ def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info_command(name: str, as_json: bool) -> None:
     """Show one registered model: architecture, size, preprocessing, provenance and sources."""
+    from cl_zoo.models.releases import RELEASES
     from cl_zoo.registry import _ARCHS, _PRETRAINED, _ensure_loaded, get_pretrained
 
     _ensure_loaded()
@@ -141,4 +146,12 @@ def info_command(name: str, as_json: bool) -> None:
     if row["metrics"]:
         click.echo(f"  metrics      : {_compact_metrics(row['metrics'])}")
     if row["kind"] == "pretrained":
-        click.echo(f"  sources      : {', '.join(row['sources']) or 'none available'}")
+        if name in RELEASES:
+            release = RELEASES[name]
+            click.echo(f"  trained by   : {release.trained_by}")
+            click.echo(f"  recipe       : {release.recipe}")
+            click.echo(f"  licence from : {release.licence_page}")
+        labels = [s["source"] + (f"\n                 copied from {s['page']}" if s["page"] else "")
+                  for s in row["sources"]]
+        click.echo("  sources      : " + ("\n" + " " * 15).join(f"{i}. {text}" for i, text in enumerate(labels, 1))
+                   if labels else "  sources      : none available")

@@ -2,7 +2,7 @@
 the zoo's pretrained entries."""
 
 from cl_zoo.models import alexnet, cmc_dual, pixels, resnet  # noqa: F401  (registration)
-from cl_zoo.models import official, pretrained  # noqa: F401  (pretrained tables)
+from cl_zoo.models import pretrained, releases  # noqa: F401  (pretrained tables)
 from cl_zoo.models.alexnet import SmallAlexNet
 from cl_zoo.models.cmc_dual import CMCDualEncoder
 from cl_zoo.models.pixels import Pixels

@@ -1,4 +1,7 @@
-"""Convert the authors' released checkpoints (JCL, CMC, CACR, MoCo v1/v2) into the zoo format.
+"""Readers for published checkpoint layouts (JCL, CMC, CACR, MoCo v1/v2, lightly's Lightning files).
+
+Each reader turns one publisher's file into a zoo folder; where the files come from is
+:mod:`cl_zoo.models.releases` (the registry entries) and :mod:`cl_zoo.convert.sources` (download).
 
 Every layout below was read from the authors' code (facts only, no code copied):
 
@@ -18,7 +21,7 @@ object). ``state_dict`` is the DDP-wrapped ``MoCo`` module:
 MoCoUnlimitedKeysDefault --mlp``; there is no main_jcl.py). Identical file and state layout to MoCo v2:
 ``epoch/arch/state_dict/optimizer``, ``module.encoder_q.*`` with the ``fc.0``/``fc.2`` MLP head,
 ``module.encoder_k.*``, ``module.queue [128, 65536]``, ``module.queue_ptr``. Release:
-``checkpoint_0199.pth.tar`` (GitHub release v0.1, CC BY-NC 4.0).
+``checkpoint_0199.pth.tar`` (the README's link, under github.com/anonymouszyx/JCL/releases/download/v1).
 
 **CACR** (JegZheng/CACR-SSL ``imagenet_pretraining``, MoCo v3 code). File: ``{'epoch', 'arch',
 'state_dict', 'optimizer' (LARS), 'scaler' (GradScaler state: floats/ints)}``. ``state_dict`` is
@@ -55,10 +58,21 @@ before ``fc``) of both views concatenated L first, which is what :class:`CMCDual
 released files were trained with apex amp O2, which stores convolution weights in float16: they are
 cast to float32 (exact) and the report says how many were.
 
+**lightly** (lightly-ai/lightly ``benchmarks/imagenet/resnet50/{simclr,dcl,dclw,mocov2}.py``, trained
+with PyTorch Lightning). File: a Lightning ``.ckpt`` ``{'epoch', 'global_step', 'pytorch-lightning_version',
+'state_dict', 'loops', 'callbacks', 'optimizer_states', 'lr_schedulers', 'hparams_name',
+'hyper_parameters', ...}``. ``state_dict`` is the ``LightningModule``'s: ``backbone.<torchvision
+resnet50>`` (``fc`` replaced by ``Identity``, so no ``fc`` keys), ``projection_head.layers.*``,
+``online_classifier.classification_head.*``, for MoCo v2 also ``key_backbone.*``,
+``key_projection_head.*`` and the loss's memory bank ``criterion.memory_bank.{bank,bank_ptr}``.
+Everything outside ``backbone.`` is dropped, counted per top-level module.
+
 Safety: files are read with ``torch.load(weights_only=True)``. The only non-tensor, non-container
 type allowed is ``argparse.Namespace`` (CMC's ``opt``): a plain attribute bag whose contents go
 through the same restricted unpickler, so it cannot run code. Anything else is refused with the
-name of the offending global.
+name of the offending global. Lightning checkpoints, which always pickle more than tensors, go
+through :mod:`cl_zoo.convert.restricted_pickle` instead: other objects become inert placeholders
+(never imported, never called) and any call the pickle asks for is refused.
 """
 
 from __future__ import annotations
@@ -69,8 +83,6 @@ import os
 import re
 import shutil
 import tempfile
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -79,10 +91,9 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.checkpoint import MismatchMessages, load_state_into
-from cl_zoo.errors import CheckpointError, HubError
-from cl_zoo.fileio import atomic_path
+from cl_zoo.errors import CheckpointError
 
-FORMATS = ("jcl", "cmc", "cacr", "moco")
+FORMATS = ("jcl", "cmc", "cacr", "moco", "lightly")
 SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace,)
 _CMC_ARCH_BY_WIDTH = {0.5: "cmc_resnet50x05_lab", 1.0: "cmc_resnet50x1_lab", 2.0: "cmc_resnet50x2_lab"}
 
@@ -158,15 +169,41 @@ def safe_load(path: str | os.PathLike[str]) -> Any:
         if found:
             raise CheckpointError(
                 f"refusing to load {path}: it contains a pickled {found.group(1)}, and unpickling arbitrary objects "
-                "can run code. cl-zoo accepts only tensors, plain containers and argparse.Namespace. If you trust the "
-                "file, re-save just its weights: torch.save({'state_dict': torch.load(f, weights_only=False)"
-                "['state_dict']}, 'clean.pth')"
+                "can run code. cl-zoo accepts only tensors, plain containers and argparse.Namespace here; "
+                "a PyTorch Lightning checkpoint goes through `cl-zoo import lightly`, which reads it without running it"
             ) from exc
-        first = next((line.strip() for line in message.splitlines() if line.strip()), type(exc).__name__)
-        raise CheckpointError(f"{path} is not a readable PyTorch checkpoint ({first[:200]})") from exc
+        raise CheckpointError(f"{path} is not a readable PyTorch checkpoint ({_first_line(message, exc)})") from exc
+
+
+def _first_line(message: str, exc: BaseException) -> str:
+    """The first line of PyTorch's error, without its advice to retry with ``weights_only=False``."""
+    advice = ("weights_only", "weights only load failed", "can still be loaded", "trust the source")
+    lines = [line.strip() for line in message.splitlines()
+             if line.strip() and not any(a in line.lower() for a in advice)]
+    return (lines[0] if lines else type(exc).__name__)[:200]
+
+
+def safe_load_lightning(path: str | os.PathLike[str]) -> Any:
+    """A Lightning checkpoint through the restricted unpickler (see :mod:`cl_zoo.convert.restricted_pickle`)."""
+    from cl_zoo.convert.restricted_pickle import UnsafePickleError, restricted_load
+
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path} does not exist")
+    _sniff(path)
+    try:
+        top, _ = restricted_load(path)
+    except UnsafePickleError as exc:
+        raise CheckpointError(f"refusing to load {path}: {exc}; cl-zoo rebuilds only tensors and plain containers "
+                              "and never calls code from a checkpoint (nothing was executed)") from exc
+    return top
 
 
 def _describe(value: Any) -> str:
+    from cl_zoo.convert.restricted_pickle import Opaque
+
+    if isinstance(value, Opaque):
+        return f"{type(value).qualified_name} object (not rebuilt)"
     if isinstance(value, torch.Tensor):
         return f"tensor {list(value.shape)}"
     if isinstance(value, Mapping):
@@ -270,12 +307,27 @@ def _split_cmc(state: dict[str, torch.Tensor], path: Path, fmt: str) -> tuple[di
     raise CheckpointError(f"{path}: expected CMC keys 'encoder.module.l_to_ab.*' / 'ab_to_l.*', found e.g. {first!r}")
 
 
+def _split_lightly(state: dict[str, torch.Tensor], path: Path, fmt: str) -> tuple[dict[str, torch.Tensor], dict[str, int], str]:
+    """lightly's LightningModules keep the encoder at ``backbone.``; every other module is training-only."""
+    backbone = {k[len("backbone."):]: v for k, v in state.items() if k.startswith("backbone.")}
+    if not backbone:
+        first = next(iter(state))
+        raise CheckpointError(f"{path}: no backbone weights under 'backbone.' (found e.g. {first!r}); "
+                              "is it really a lightly checkpoint?")
+    dropped: dict[str, int] = {}
+    for key in state:
+        if not key.startswith("backbone."):
+            group = key.split(".", 1)[0]
+            dropped[group] = dropped.get(group, 0) + 1
+    return backbone, dropped, "backbone."
+
+
 @dataclass(frozen=True)
 class Layout:
     state_keys: tuple[str, ...]
     split: Split
     default_arch: str
-    method: str
+    method: str | None  # None: the file does not say (lightly's SimCLR, DCL and DCLW files share a layout)
 
 
 LAYOUTS: dict[str, Layout] = {
@@ -283,7 +335,9 @@ LAYOUTS: dict[str, Layout] = {
     "jcl": Layout(("state_dict",), _moco_like("encoder_q.", _MOCO_EXTRAS), "resnet50", "jcl"),
     "cacr": Layout(("state_dict",), _moco_like("base_encoder.", _CACR_EXTRAS), "resnet50", "cacr"),
     "cmc": Layout(("model",), _split_cmc, "cmc_resnet50x1_lab", "cmc"),
+    "lightly": Layout(("state_dict",), _split_lightly, "resnet50", None),
 }
+READS_LIGHTNING = {"lightly"}  # layouts whose files pickle more than weights: restricted unpickler
 
 
 def _infer_cmc_arch(backbone: Mapping[str, torch.Tensor], path: Path) -> str:
@@ -334,7 +388,7 @@ def convert_checkpoint(fmt: str, path: str | os.PathLike[str], arch: str | None 
         raise CheckpointError(f"unknown checkpoint format {fmt!r}; choose from {', '.join(FORMATS)}")
     layout = LAYOUTS[fmt]
     path = Path(path)
-    top = safe_load(path)
+    top = safe_load_lightning(path) if fmt in READS_LIGHTNING else safe_load(path)
     state, state_key, others = _unwrap(top, layout.state_keys, path, fmt)
     state, prefix = _strip_dp(state)
     backbone, dropped, inner_prefix = layout.split(state, path, fmt)
@@ -369,9 +423,33 @@ def convert_checkpoint(fmt: str, path: str | os.PathLike[str], arch: str | None 
 
 
 def _releases_for(fmt: str, arch: str) -> list[Any]:
-    from cl_zoo.models.official import OFFICIAL_RELEASES
+    from cl_zoo.models.releases import RELEASES
 
-    return [r for r in OFFICIAL_RELEASES.values() if r.format == fmt and r.arch == arch]
+    return [r for r in RELEASES.values() if r.format == fmt and r.arch == arch]
+
+
+def _matches(release: Any, sha256: str, md5: str) -> bool:
+    """Does the file carry a checksum one of the release's sources publishes?"""
+    return any((src.sha256 and src.sha256 == sha256) or (getattr(src, "md5_prefix", None) and md5.startswith(src.md5_prefix))
+               for src in release.sources)
+
+
+def source_lines(release: Any) -> list[str]:
+    """Each source, in the order tried, with the page it was copied from and that page's words."""
+    lines = []
+    for i, src in enumerate(release.sources, 1):
+        pins = []
+        if src.sha256:
+            pins.append(f"sha256 `{src.sha256}`" + (f" (published at {src.sha256_page})" if getattr(src, "sha256_page", None) else ""))
+        if getattr(src, "md5_prefix", None):
+            pins.append(f"md5 prefix `{src.md5_prefix}` (published on the page)")
+        quote = " / ".join(line.strip() for line in src.quote.splitlines())
+        lines.append(
+            f"{i}. `{src.describe()}` -- copied from {src.page}, which reads: \"{quote}\""
+            + (f"; verified: {', '.join(pins)}" if pins else "; no checksum published")
+            + (f" ({src.note})" if src.note else "") + "."
+        )
+    return lines
 
 
 def _card_sections(report: ConversionReport, release: Any | None, origin: str | None, verified: bool) -> dict[str, str]:
@@ -383,21 +461,27 @@ def _card_sections(report: ConversionReport, release: Any | None, origin: str | 
         origin_lines.append(f"- Downloaded from: {origin}")
     if release is not None:
         cfg = get_pretrained(release.name).cfg
+        sections["Who trained it"] = (
+            f"Trained by {release.trained_by}. Recipe: {release.recipe}. Paper: {cfg.paper}."
+            + ("" if release.by_authors else " This is not the paper's own checkpoint: its numbers come from the "
+               "publisher's recipe and evaluation, not the paper's.")
+        )
         origin_lines += [
-            f"- Authors' release: {release.page} (file `{release.filename}`); licence: **{cfg.license}** "
-            "(the converted weights keep the original licence).",
-            f"- Paper: {cfg.paper}",
-            f"- Published checksum: md5 prefix `{release.md5_prefix}`." if release.md5_prefix
-            else "- Published checksum: none (the authors publish no hash; the sha256 above is what was converted).",
+            f"- Release `{release.name}`; licence: **{cfg.license}** (the converted weights keep the original licence; "
+            f"stated at {release.licence_page}: \"{release.licence_quote}\").",
+            "- Sources, in the order cl-zoo tries them:",
+            *(f"  {line}" for line in source_lines(release)),
         ]
         if report.matches_release:
             origin_lines.append(f"- This file's checksum matches the registered release `{report.matches_release}`.")
         if cfg.notes:
             origin_lines.append(f"- Notes: {cfg.notes}")
         reported = ", ".join(f"{k.replace('_reported', '')} {v * 100:.1f}%" for k, v in release.reported.items())
+        who = "the authors'" if release.by_authors else "the publisher's (not the paper's)"
+        quote = " / ".join(line.strip() for line in release.reported_quote.splitlines())
         sections["Reported results"] = (
-            f"{reported} ({release.reported_source}). These are the authors' numbers for their released file, "
-            "not re-measured by cl-zoo."
+            f"{reported} ({release.reported_source}; the source reads: \"{quote}\"). These are {who} numbers "
+            "for the released file, not re-measured by cl-zoo."
             + ("" if verified else " This converted file could not be identified as that release (no published "
                "checksum, or a different file), so they are not recorded as its metrics.")
         )
@@ -405,8 +489,11 @@ def _card_sections(report: ConversionReport, release: Any | None, origin: str | 
             sections["Citation"] = f"```bibtex\n{release.citation}\n```"
     sections["Origin"] = "\n".join(origin_lines)
     dropped = ", ".join(f"{k} ({v} tensors)" for k, v in report.dropped.items()) or "nothing"
+    reader = ("cl-zoo's restricted unpickler (tensors and plain containers only; other objects kept as inert "
+              "placeholders, never imported or called)" if report.format in READS_LIGHTNING
+              else "`torch.load(weights_only=True)`")
     conv = [
-        f"`cl-zoo import {report.format}` read the file with `torch.load(weights_only=True)` "
+        f"`cl-zoo import {report.format}` read the file with {reader} "
         f"(weights under `{report.state_key}`, key prefix `{report.prefix}`) and kept {report.backbone_tensors} backbone "
         f"tensors, every one of them used by `{report.arch}` with identical names after the prefix and identical shapes.",
         f"Dropped: {dropped}. Other entries in the file (not weights): "
@@ -433,26 +520,26 @@ def import_checkpoint(
     import dataclasses
 
     from cl_zoo.checkpoint import save_pretrained
-    from cl_zoo.models.official import OFFICIAL_RELEASES
+    from cl_zoo.models.releases import RELEASES
     from cl_zoo.registry import get_pretrained
 
     model, report = convert_checkpoint(fmt, path, arch)
-    candidates = [OFFICIAL_RELEASES[release_name]] if release_name else _releases_for(fmt, report.arch)
+    candidates = [RELEASES[release_name]] if release_name else _releases_for(fmt, report.arch)
     _, md5 = _file_digests(Path(path))
     release = None
     for cand in candidates:
-        if (cand.sha256 and cand.sha256 == report.source_sha256) or (cand.md5_prefix and md5.startswith(cand.md5_prefix)):
+        if _matches(cand, report.source_sha256, md5):
             release, report.matches_release = cand, cand.name
             break
     if release is None and len(candidates) == 1:
-        # Unverifiable (no published hash) or another file in the same layout: describe the official
+        # Unverifiable (no published hash) or another file in the same layout: describe the registered
         # release for reference (card), without claiming this file is it (no metrics in config).
         release = candidates[0]
     verified = bool(report.matches_release or release_name)
     if release is not None:
         cfg = dataclasses.replace(get_pretrained(release.name).cfg)
         if not verified:
-            cfg.metrics = {}  # the paper's numbers describe the official file, not necessarily this one
+            cfg.metrics = {}  # the reported numbers describe the released file, not necessarily this one
         model.pretrained_cfg = cfg
         model.model_name = release.name if verified else f"{report.arch}.imported_{fmt}"
     else:
@@ -477,64 +564,3 @@ def import_checkpoint(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return out, report
-
-
-# --------------------------------------------------------------------------------------------------
-# Registry source: download, verify, convert, cache
-# --------------------------------------------------------------------------------------------------
-
-
-def cache_root() -> Path:
-    """``$CL_ZOO_CACHE/official`` (default ``~/.cache/cl-zoo/official``)."""
-    base = os.environ.get("CL_ZOO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cl-zoo")
-    return Path(base) / "official"
-
-
-def download(url: str, dest: Path, timeout: float = 60.0) -> Path:
-    """Fetch ``url`` into ``dest`` atomically; network failures are one-line :class:`HubError`."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        request = urllib.request.Request(url, headers={"User-Agent": "cl-zoo"})
-        with atomic_path(dest, suffix=".part") as tmp, open(tmp, "wb") as fh, \
-                urllib.request.urlopen(request, timeout=timeout) as response:
-            shutil.copyfileobj(response, fh, length=1 << 20)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", None) or exc
-        raise HubError(f"cannot download {url} ({' '.join(str(reason).split())[:160]}); offline? "
-                       "download it by hand and run `cl-zoo import`") from exc
-    return dest
-
-
-def load_official(entry: Any) -> nn.Module:
-    """The registry's last source: the authors' file, converted once and cached as a zoo folder."""
-    from cl_zoo.checkpoint import CONFIG_NAME, load_folder
-    from cl_zoo.models.official import OFFICIAL_RELEASES
-
-    cfg = entry.cfg
-    release = OFFICIAL_RELEASES.get(entry.name)
-    if release is None or not cfg.url:
-        raise HubError(f"{entry.name} has no author-released source")
-    folder = cache_root() / entry.name
-    if (folder / CONFIG_NAME).is_file():
-        model = load_folder(folder, model_name=entry.name)
-        model.checkpoint_source = str(folder)
-        return model
-    raw = cache_root() / "downloads" / release.filename
-    if not raw.is_file():
-        if any((os.environ.get(v) or "").strip().upper() in {"1", "ON", "YES", "TRUE"} for v in ("CL_ZOO_OFFLINE", "HF_HUB_OFFLINE")):
-            raise HubError(f"{cfg.url} is not cached in {cache_root()} and offline mode (CL_ZOO_OFFLINE/HF_HUB_OFFLINE) forbids downloading it")
-        download(cfg.url, raw)
-    sha, md5 = _file_digests(raw)
-    pinned = cfg.sha256.get(release.filename) or release.sha256
-    if (pinned and sha != pinned) or (release.md5_prefix and not md5.startswith(release.md5_prefix)):
-        bad = raw.with_name(raw.name + ".bad")
-        os.replace(raw, bad)
-        expected = f"sha256 {pinned[:16]}..." if pinned else f"md5 {release.md5_prefix}..."
-        raise CheckpointError(
-            f"checksum mismatch for {cfg.url}: expected {expected}, got sha256 {sha[:16]}... / md5 {md5[:8]}...; "
-            f"kept as {bad} for inspection"
-        )
-    import_checkpoint(release.format, raw, folder, arch=entry.arch, origin=cfg.url, release_name=entry.name)
-    model = load_folder(folder, model_name=entry.name)
-    model.checkpoint_source = str(folder)
-    return model

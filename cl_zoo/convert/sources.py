@@ -1,0 +1,191 @@
+"""Fetch a registered release from its sources, in order: verify, convert once, cache.
+
+A :class:`~cl_zoo.models.releases.Release` lists its sources (a Hub file first where one exists,
+then published URLs). :func:`load_release` returns the cached zoo folder when there is one;
+otherwise it tries each source in turn -- the Hub through ``huggingface_hub.hf_hub_download``
+(pinned revision, the HF cache, ``HF_ENDPOINT``/``HF_HUB_OFFLINE``/``HF_HUB_CACHE`` re-read on
+every call), URLs through ``urllib`` -- checks the checksum the publisher gives for that source,
+converts the file with its layout's reader and caches the result under
+``$CL_ZOO_CACHE/releases/<name>``. When no source works, the error is one line naming every
+source tried and why it failed.
+
+Published links are stored verbatim; :func:`direct_url` is the only place where one is turned into
+a direct-download address (documented per host below).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import torch.nn as nn
+
+from cl_zoo.errors import CheckpointError, ClZooError, HubError
+from cl_zoo.fileio import atomic_path
+
+_TRUE = {"1", "ON", "YES", "TRUE"}
+_DRIVE_VIEW = re.compile(r"^https://drive\.google\.com/file/d/([\w-]+)/view")
+_DROPBOX_FOLDER = re.compile(r"^(https://www\.dropbox\.com/sh/[\w-]+/[\w-]+)\?dl=0$")
+
+
+def cache_root() -> Path:
+    """``$CL_ZOO_CACHE/releases`` (default ``~/.cache/cl-zoo/releases``)."""
+    base = os.environ.get("CL_ZOO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cl-zoo")
+    return Path(base) / "releases"
+
+
+def offline() -> bool:
+    """``CL_ZOO_OFFLINE`` or ``HF_HUB_OFFLINE``, read now (not at import)."""
+    return any((os.environ.get(v) or "").strip().upper() in _TRUE for v in ("CL_ZOO_OFFLINE", "HF_HUB_OFFLINE"))
+
+
+def direct_url(url: str, member: str | None = None) -> str:
+    """The address that serves a published link's bytes.
+
+    * Google Drive publishes a viewer page (``drive.google.com/file/d/<id>/view?...``); the same
+      file's bytes come from ``drive.usercontent.google.com/download?id=<id>&export=download&confirm=t``
+      (``confirm=t`` skips the "cannot scan large files for viruses" interstitial).
+    * A Dropbox shared-folder link (``.../sh/<a>/<b>?dl=0``) is a folder preview; a file inside it is
+      ``.../sh/<a>/<b>/<member>?dl=1`` (``dl=1`` asks for the bytes).
+    * Anything else is used exactly as published.
+    """
+    if found := _DRIVE_VIEW.match(url):
+        return f"https://drive.usercontent.google.com/download?id={found.group(1)}&export=download&confirm=t"
+    if member is not None:
+        if not (found := _DROPBOX_FOLDER.match(url)):
+            raise HubError(f"do not know how to fetch {member} from the shared folder {url}")
+        return f"{found.group(1)}/{urllib.parse.quote(member)}?dl=1"
+    return url
+
+
+def download(url: str, dest: Path, timeout: float = 60.0) -> Path:
+    """Fetch ``url`` into ``dest`` atomically; network failures are one-line :class:`HubError`."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        request = urllib.request.Request(url, headers={"User-Agent": "cl-zoo"})
+        with atomic_path(dest, suffix=".part") as tmp, open(tmp, "wb") as fh, \
+                urllib.request.urlopen(request, timeout=timeout) as response:
+            shutil.copyfileobj(response, fh, length=1 << 20)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", None) or exc
+        raise HubError(f"cannot download {url} ({' '.join(str(reason).split())[:160]})") from exc
+    return dest
+
+
+def _digests(path: Path) -> tuple[str, str]:
+    sha, md5 = hashlib.sha256(), hashlib.md5()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            sha.update(block)
+            md5.update(block)
+    return sha.hexdigest(), md5.hexdigest()
+
+
+def _verify(path: Path, source: Any, *, quarantine: bool) -> None:
+    """The publisher's checksum for this source, when there is one; a mismatch is an integrity error."""
+    sha, md5 = _digests(path)
+    md5_prefix = getattr(source, "md5_prefix", None)
+    if (source.sha256 and sha != source.sha256) or (md5_prefix and not md5.startswith(md5_prefix)):
+        expected = f"sha256 {source.sha256[:16]}..." if source.sha256 else f"md5 {md5_prefix}..."
+        kept = ""
+        if quarantine:
+            bad = path.with_name(path.name + ".bad")
+            os.replace(path, bad)
+            kept = f"; kept as {bad} for inspection"
+        raise CheckpointError(f"checksum mismatch for {source.describe()}: expected {expected}, "
+                              f"got sha256 {sha[:16]}... / md5 {md5[:8]}...{kept}")
+
+
+def _fetch_hub(source: Any) -> Path:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    from cl_zoo.hub import hub_settings
+
+    settings = hub_settings()
+    local_only = bool(settings["local_files_only"]) or offline()
+    try:
+        path = hf_hub_download(
+            source.repo_id, source.filename, revision=source.revision, cache_dir=settings["cache_dir"],
+            endpoint=settings["endpoint"], local_files_only=local_only,
+        )
+    except RepositoryNotFoundError as exc:
+        raise HubError("repo not found (or private without a token)") from exc
+    except RevisionNotFoundError as exc:
+        raise HubError(f"no revision {source.revision}") from exc
+    except LocalEntryNotFoundError as exc:  # before EntryNotFoundError, its base class
+        why = "offline mode (HF_HUB_OFFLINE/CL_ZOO_OFFLINE) forbids the network" if local_only else "the Hub cannot be reached"
+        raise HubError(f"not in the HF cache and {why}") from exc
+    except EntryNotFoundError as exc:
+        raise HubError(f"no file {source.filename} at that revision") from exc
+    except (HfHubHTTPError, OSError, ValueError) as exc:
+        raise HubError(" ".join(str(exc).split())[:160]) from exc
+    except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack (httpx)
+        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "httpcore"}:
+            raise
+        raise HubError(f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}") from exc
+    return Path(path)
+
+
+def _fetch_url(source: Any, dest: Path) -> Path:
+    if not dest.is_file():
+        if offline():
+            raise HubError("not cached and offline mode (CL_ZOO_OFFLINE/HF_HUB_OFFLINE) forbids downloading")
+        url = direct_url(source.url, source.member)
+        try:
+            download(url, dest)
+        except HubError as exc:
+            raise HubError(str(exc).replace(f"cannot download {url} ", "cannot download ")) from exc
+    return dest
+
+
+def fetch_release_file(release: Any) -> tuple[Path, Any]:
+    """The first source that yields a file passing its checksum: (local path, source)."""
+    failures: list[str] = []
+    integrity = False
+    for source in release.sources:
+        try:
+            if hasattr(source, "repo_id"):
+                path = _fetch_hub(source)
+                _verify(path, source, quarantine=False)  # the HF cache is huggingface_hub's to manage
+            else:
+                path = _fetch_url(source, cache_root() / "downloads" / release.filename)
+                _verify(path, source, quarantine=True)
+            return path, source
+        except ClZooError as exc:
+            integrity = integrity or isinstance(exc, CheckpointError)
+            failures.append(f"{source.describe()} ({exc})")
+    message = "no source could be used; tried " + "; ".join(
+        f"{i}) {text}" for i, text in enumerate(failures, 1))
+    raise (CheckpointError if integrity else HubError)(message)
+
+
+def load_release(entry: Any) -> nn.Module:
+    """A registered release as a zoo model: cached folder, or fetched, verified and converted once."""
+    from cl_zoo.checkpoint import CONFIG_NAME, load_folder
+    from cl_zoo.convert.readers import import_checkpoint
+    from cl_zoo.models.releases import RELEASES
+
+    release = RELEASES.get(entry.name)
+    if release is None:
+        raise HubError(f"{entry.name} has no published release to fetch")
+    folder = cache_root() / entry.name
+    if not (folder / CONFIG_NAME).is_file():
+        raw, source = fetch_release_file(release)
+        import_checkpoint(release.format, raw, folder, arch=entry.arch, origin=source.describe(), release_name=entry.name)
+    model = load_folder(folder, model_name=entry.name)
+    model.checkpoint_source = str(folder)
+    return model
