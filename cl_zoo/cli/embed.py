@@ -96,10 +96,11 @@ def embed_command(
     except KeyboardInterrupt:
         if rank == 0:
             kept = saved_progress(parts)
+            where = os.path.abspath(parts)
             if kept is None:
-                click.echo(f"interrupted before the first part was saved; nothing kept in {parts}", err=True)
+                click.echo(f"interrupted before the first part was saved; nothing kept in {where}", err=True)
             else:
-                click.echo(f"interrupted: kept {kept} in {parts}; to continue, run:", err=True)
+                click.echo(f"interrupted: kept {kept} in {where}; to continue, run:", err=True)
                 click.echo(f"  {resume_command(click.get_current_context())}", err=True)
         raise
     if rank != 0:
