@@ -94,7 +94,8 @@ def choose_threshold(copy_scores: np.ndarray, distinct_scores: np.ndarray) -> fl
 
     ``copy_scores`` are the copies the threshold must catch (whole-picture kinds). When they
     overlap the distinct pairs, the threshold minimises missed copies plus falsely grouped photos
-    (each as a fraction of its own count), so neither side dominates by sheer number.
+    (each as a fraction of its own count), so neither side dominates by sheer number; ties go to
+    the higher cut.
     """
     pos = np.sort(np.asarray(copy_scores, dtype=np.float64))
     neg = np.sort(np.asarray(distinct_scores, dtype=np.float64))
@@ -105,7 +106,9 @@ def choose_threshold(copy_scores: np.ndarray, distinct_scores: np.ndarray) -> fl
     candidates = np.unique(np.round(np.concatenate([pos, neg]), 3))
     missed = np.searchsorted(pos, candidates, side="left") / len(pos)
     grouped = (len(neg) - np.searchsorted(neg, candidates, side="left")) / len(neg)
-    return float(candidates[int(np.argmin(missed + grouped))])
+    cost = missed + grouped
+    # Among equally good cuts take the highest: a missed copy costs less than grouped strangers.
+    return float(candidates[len(cost) - 1 - int(np.argmin(cost[::-1]))])
 
 
 @dataclass
