@@ -102,3 +102,15 @@ def test_fast_linear_probe_on_cached_memmap_features_does_not_warn(tmp_path: Pat
         warnings.simplefilter("error")
         out = linear_fast(cached, labels, cached, labels, wd_grid=(1e-4,), max_iter=20, device="cpu")
     assert out["metrics"]["linear_fast_top1"] > 0.9
+
+
+def test_streaming_pretrain_workers_are_capped_at_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The recipe default (8) forked 8 DataLoader workers on a 2-core machine, with warnings."""
+    import torch
+
+    from cl_zoo.train.data import StreamingBatches
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    batches = StreamingBatches(["a.jpg"] * 8, 32, [], 4, 0, 1, 0, torch.device("cpu"), 8)
+    assert batches.workers == 2
+    assert StreamingBatches(["a.jpg"] * 8, 32, [], 4, 0, 1, 0, torch.device("cpu"), 0).workers == 0
