@@ -37,7 +37,10 @@ def strangers_and_copies() -> np.ndarray:
 
 
 def test_choose_threshold_midway_or_balanced() -> None:
-    assert choose_threshold(np.array([0.993, 0.999, 1.0]), np.array([0.80, 0.9591])) == 0.976
+    # Separable: just below the weakest copy (rounded down to 0.005), well above the strangers.
+    assert choose_threshold(np.array([0.993, 0.999, 1.0]), np.array([0.80, 0.9591])) == 0.99
+    # ... unless rounding down would reach a stranger: then midway.
+    assert choose_threshold(np.array([0.9612, 1.0]), np.array([0.80, 0.9604])) == pytest.approx(0.9608)
     # Overlap: 1 of 4 copies below 0.95 and 1 of 4 strangers above it; the cut balances the two.
     t = choose_threshold(np.array([0.94, 0.97, 0.98, 0.99]), np.array([0.80, 0.85, 0.90, 0.96]))
     assert 0.96 < t <= 0.97
@@ -92,7 +95,7 @@ def test_bundled_model_records_its_calibrated_threshold_and_embed_passes_it_on()
 
     model = load_embedding_model(BUNDLED)
     threshold = recorded_threshold(model.checkpoint_config)
-    assert threshold is not None and 0.959 < threshold < 0.993  # between the closest strangers and copies
+    assert threshold is not None and 0.959 < threshold <= 0.993  # above the closest strangers, below copies
     summary = model.checkpoint_config["dedup"]
     assert summary["distinct_grouped"] == 0 and summary["copy_scores_by_kind"]["jpeg_q40"]["caught"] == "255/255"
     assert model_metadata(model, BUNDLED)["dedup_threshold"] == str(threshold)
