@@ -378,9 +378,10 @@ def extract_features(
     """Embed ``paths`` (kept in the given order) with ``model``; bad files become ``failures``.
 
     ``progress_dir`` keeps one file per finished chunk so that ``resume=True`` skips them; parts
-    left there by an interrupted run are only discarded with ``force=True``. Under ``torchrun`` (``WORLD_SIZE`` > 1) it is required, each rank embeds every
-    ``WORLD_SIZE``-th chunk and all ranks return the merged result. ``max_batches`` stops the call
-    with ``KeyboardInterrupt`` after that many batches (how tests interrupt a run).
+    left there by an interrupted run are only discarded with ``force=True``. Under ``torchrun``
+    (``WORLD_SIZE`` > 1) it is required, each rank embeds every ``WORLD_SIZE``-th chunk and all
+    ranks return the merged result. ``max_batches`` stops the call with ``KeyboardInterrupt``
+    after that many batches (how tests interrupt a run).
     """
     start = time.perf_counter()
     paths = [os.fspath(p) for p in paths]
@@ -768,14 +769,15 @@ __all__ = [
     "Preprocess",
     "embed",
     "extract_features",
-    "load_embedding_model",
+    "SavedProgress",
     "input_metadata",
+    "load_embedding_model",
     "load_embeddings",
     "model_metadata",
     "model_reference",
+    "prepare_model",
     "resolve_model_reference",
     "saved_progress",
-    "prepare_model",
     "save_embeddings",
     "sidecar",
     "write_failures",

@@ -139,13 +139,14 @@ def resume_command(ctx: click.Context) -> str:
     """
     from cl_zoo.embedding import model_reference
 
+    typed = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
     params = ctx.params
     words = ["cl-zoo", "embed", *(os.path.abspath(p) for p in params["paths"])]
     for param in ctx.command.params:
         name = param.name
         if not isinstance(param, click.Option) or name in ("resume", "force") or name is None:
             continue
-        if ctx.get_parameter_source(name) not in (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT) and name != "out":
+        if ctx.get_parameter_source(name) not in typed and name != "out":
             continue
         value = params[name]
         flag = max(param.opts, key=len)
