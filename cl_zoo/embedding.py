@@ -38,6 +38,7 @@ import torch.nn as nn
 from PIL import Image
 
 from cl_zoo.data.images import ImageDecodeError, discover_images, load_image
+from cl_zoo.data.workers import default_workers
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.fileio import atomic_path, atomic_write_text
 
@@ -288,9 +289,49 @@ def _manifest(paths: Sequence[str], model: nn.Module, preprocess: Preprocess, ba
     }
 
 
-def _open_progress(folder: Path, manifest: dict[str, Any], resume: bool, rank: int, world: int) -> None:
-    """Create (or, with ``resume``, validate) the progress folder; rank 0 owns it."""
+@dataclass(frozen=True)
+class SavedProgress:
+    """What an interrupted run left in its progress folder."""
+
+    images: int  # images (embedded or failed) in finished parts
+    total: int  # images of the whole run
+    parts: int  # finished part files
+
+    def __str__(self) -> str:
+        return f"{self.images} of {self.total} images in {self.parts} part{'s' if self.parts != 1 else ''}"
+
+
+def saved_progress(folder: str | os.PathLike[str]) -> SavedProgress | None:
+    """The finished parts in ``folder``, or ``None`` when there are none (nothing to lose)."""
+    folder = Path(folder)
+    parts = sorted(folder.glob("part-*.npz")) if folder.is_dir() else []
+    if not parts:
+        return None
+    try:
+        total = int(json.loads((folder / _MANIFEST).read_text())["count"])
+    except (OSError, ValueError, KeyError, TypeError):
+        total = 0
+    images = 0
+    for part in parts:
+        chunk = _load_chunk(folder, int(part.stem.partition("-")[2]))
+        if chunk is not None:
+            images += len(chunk.indices) + len(chunk.fail_indices)
+    return SavedProgress(images=images, total=max(total, images), parts=len(parts))
+
+
+def _open_progress(folder: Path, manifest: dict[str, Any], resume: bool, force: bool, rank: int, world: int) -> None:
+    """Create (or, with ``resume``, validate) the progress folder; rank 0 owns it.
+
+    Saved parts are hours of work on a large folder, so starting over on top of them needs
+    ``force``: a forgotten ``--resume`` is an error, not a silent restart.
+    """
     if rank == 0:
+        kept = None if resume or force else saved_progress(folder)
+        if kept is not None:
+            raise DataError(
+                f"{folder} holds saved progress of an interrupted run ({kept}); "
+                "pass --resume to continue it or --force to discard it and start over"
+            )
         existing = folder / _MANIFEST
         if resume and existing.is_file():
             try:
@@ -318,10 +359,6 @@ def _autocast(device: torch.device, precision: str):  # noqa: ANN202 - a context
     return torch.autocast(device.type, dtype=dtype)
 
 
-def _default_workers() -> int:
-    return min(4, os.cpu_count() or 1)
-
-
 def extract_features(
     model: nn.Module,
     paths: Sequence[str],
@@ -333,16 +370,18 @@ def extract_features(
     progress: bool = False,
     progress_dir: str | os.PathLike[str] | None = None,
     resume: bool = False,
+    force: bool = False,
     chunk_batches: int | None = None,
     fuse: bool = True,
     max_batches: int | None = None,
 ) -> FeatureResult:
     """Embed ``paths`` (kept in the given order) with ``model``; bad files become ``failures``.
 
-    ``progress_dir`` keeps one file per finished chunk so that ``resume=True`` skips them;
-    under ``torchrun`` (``WORLD_SIZE`` > 1) it is required, each rank embeds every
-    ``WORLD_SIZE``-th chunk and all ranks return the merged result. ``max_batches`` stops the call
-    with ``KeyboardInterrupt`` after that many batches (how tests interrupt a run).
+    ``progress_dir`` keeps one file per finished chunk so that ``resume=True`` skips them; parts
+    left there by an interrupted run are only discarded with ``force=True``. Under ``torchrun``
+    (``WORLD_SIZE`` > 1) it is required, each rank embeds every ``WORLD_SIZE``-th chunk and all
+    ranks return the merged result. ``max_batches`` stops the call with ``KeyboardInterrupt``
+    after that many batches (how tests interrupt a run).
     """
     start = time.perf_counter()
     paths = [os.fspath(p) for p in paths]
@@ -350,7 +389,7 @@ def extract_features(
         raise ClZooError(f"batch size must be at least 1, got {batch_size}")
     if precision not in PRECISIONS:
         raise ClZooError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-    workers = _default_workers() if workers is None else workers
+    workers = default_workers() if workers is None else workers
     if workers < 0:
         raise ClZooError(f"workers must be >= 0, got {workers}")
     rank, world = _dist_info()
@@ -367,7 +406,7 @@ def extract_features(
     folder = Path(progress_dir) if progress_dir is not None else None
     done: dict[int, _Chunk] = {}
     if folder is not None:
-        _open_progress(folder, _manifest(paths, model, preprocess, batch_size, chunk_size, precision, dev), resume, rank, world)
+        _open_progress(folder, _manifest(paths, model, preprocess, batch_size, chunk_size, precision, dev), resume, force, rank, world)
         if resume:
             for k in range(n_chunks):
                 chunk = _load_chunk(folder, k)
@@ -432,7 +471,8 @@ def _run_batches(
     pending: dict[int, list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]] = {k: [] for k in todo}
     remaining = {k: sum(1 for b in batches if b[0] // chunk_size == k) for k in todo}
     bar = tqdm(
-        total=len(paths), initial=resumed, unit="img", disable=not progress, file=sys.stderr,
+        # disable=None: tqdm turns itself off when stderr is not a terminal (logs, CI, pipes).
+        total=len(paths), initial=resumed, unit="img", disable=None if progress else True, file=sys.stderr,
         dynamic_ncols=True, smoothing=0.1,
     )
     computed = 0
@@ -552,22 +592,71 @@ def sidecar(out: str | os.PathLike[str], suffix: str) -> Path:
     return out.with_name(out.stem + suffix)
 
 
+def model_reference(spec: str | os.PathLike[str] | None) -> str:
+    """``spec`` as a reference that still works from another folder.
+
+    A checkpoint folder or file on disk becomes an absolute path (``runs/x/model`` is meaningless
+    to ``cl-zoo search`` run elsewhere); registered names and ``hf-hub:`` ids stay as they are.
+    Paths are checked first, as :func:`cl_zoo.hub.load_pretrained` does.
+    """
+    if spec is None:
+        return ""
+    text = os.fspath(spec)
+    return os.path.abspath(text) if text and os.path.exists(text) else text
+
+
+def resolve_model_reference(meta: dict[str, str], embeddings: str | os.PathLike[str]) -> str:
+    """The model recorded with a set of embeddings, as something :func:`load_embedding_model` opens.
+
+    New files record absolute references. Files written before that may hold a path relative to
+    wherever ``embed`` ran; it is tried from here, then beside the embeddings file, and failing
+    both the absolute folder the model was loaded from (``source``) is used when it still exists.
+    """
+    spec = str(meta.get("model") or "")
+    if not spec or os.path.isabs(spec) or os.path.exists(spec) or spec.startswith("hf-hub:"):
+        return spec
+    beside = Path(embeddings).resolve().parent / spec
+    if beside.exists():
+        return str(beside)
+    source = str(meta.get("source") or "")
+    if os.path.isabs(source) and os.path.exists(source):
+        return source
+    return spec
+
+
 def model_metadata(model: nn.Module, spec: str | None) -> dict[str, str]:
-    """What produced a set of embeddings, so they can be queried with the same model later."""
+    """What produced a set of embeddings, so they can be queried with the same model later.
+
+    ``dedup_threshold`` is the model's calibrated near-duplicate similarity (see
+    :mod:`cl_zoo.dedup_calibration`) when its config records one; ``cl-zoo dedup`` defaults to it.
+    """
     from cl_zoo import __version__
+    from cl_zoo.dedup_calibration import recorded_threshold
 
     source = str(getattr(model, "checkpoint_source", "") or "")
     revision = source.rpartition("@")[2] if source.startswith("hf-hub:") and "@" in source else ""
     files = (getattr(model, "checkpoint_config", None) or {}).get("files") or {}
     if not revision and files:
         revision = "sha256:" + str(files[sorted(files)[0]])
-    return {
-        "model": spec or "",
+    if source and os.path.exists(source):
+        source = os.path.abspath(source)
+    meta = {
+        "model": model_reference(spec),
         "model_name": str(getattr(model, "model_name", "") or type(model).__name__),
         "source": source,
         "revision": revision,
         "cl_zoo_version": __version__,
     }
+    threshold = recorded_threshold(getattr(model, "checkpoint_config", None))
+    if threshold is not None:
+        meta["dedup_threshold"] = str(threshold)
+    return meta
+
+
+def input_metadata(given: Sequence[str | os.PathLike[str]]) -> dict[str, str]:
+    """The inputs of a run as typed and as absolute paths (JSON lists), beside absolute row paths."""
+    typed = [os.fspath(g) for g in given]
+    return {"inputs": json.dumps(typed), "input_roots": json.dumps([os.path.abspath(g) for g in typed])}
 
 
 def _atomic_write(final: Path, write: Any) -> None:
@@ -582,9 +671,11 @@ def save_embeddings(
     """Write ``.npy`` (+ ``.paths.txt``, ``.csv``, ``.meta.json``) or ``.parquet``; returns the files.
 
     Every file is written under a temporary name and renamed into place, the sidecars before the
-    array, so a reader never sees an array without its row names.
+    array, so a reader never sees an array without its row names. Row paths are stored absolute,
+    so the file means the same thing from any working directory.
     """
     out = Path(out)
+    paths = [os.path.abspath(p) for p in paths]
     if out.suffix.lower() not in OUTPUT_SUFFIXES:
         raise ClZooError(f"output {out} must end in .npy or .parquet")
     array = features.astype(np.float16 if half else np.float32)
@@ -678,10 +769,15 @@ __all__ = [
     "Preprocess",
     "embed",
     "extract_features",
+    "SavedProgress",
+    "input_metadata",
     "load_embedding_model",
     "load_embeddings",
     "model_metadata",
+    "model_reference",
     "prepare_model",
+    "resolve_model_reference",
+    "saved_progress",
     "save_embeddings",
     "sidecar",
     "write_failures",

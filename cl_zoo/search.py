@@ -139,8 +139,81 @@ def similar_pairs(features: np.ndarray, threshold: float, block: int = 4096) -> 
     )
 
 
-def dedup_groups(features: np.ndarray, threshold: float = 0.95) -> list[list[int]]:
+def nearest_neighbour_scores(features: np.ndarray, block: int = 4096) -> np.ndarray:
+    """Each row's cosine similarity to its most similar *other* row (exact), float32 ``[N]``.
+
+    Their distribution is what a dedup threshold cuts: copies pile up near 1, distinct images
+    below; ``cl-zoo dedup --show-scores`` prints it as a histogram.
+    """
+    faiss = _faiss()
+    x = normalize(features)
+    if len(x) < 2:
+        return np.zeros(0, np.float32)
+    index = faiss.IndexFlatIP(x.shape[1])
+    index.add(x)
+    best = np.empty(len(x), np.float32)
+    for start in range(0, len(x), block):
+        scores, ids = index.search(x[start : start + block], 2)
+        own = ids == np.arange(start, start + len(ids))[:, None]
+        # The row itself is normally first; with exact copies it may come second, so drop it by id.
+        best[start : start + len(ids)] = np.where(own[:, 0], scores[:, 1], scores[:, 0])
+    return best
+
+
+def dedup_threshold_for(meta: dict[str, str], embeddings: str | os.PathLike[str] | None = None) -> tuple[float, str]:
+    """The default dedup threshold for embeddings with this metadata, and where it came from.
+
+    In order: the calibrated threshold recorded with the embeddings (``cl-zoo embed`` copies it
+    from the model's config); the one in the model's own ``config.json`` when the model is a local
+    folder or a bundled name (embeddings written before thresholds were recorded); otherwise
+    :data:`~cl_zoo.dedup_calibration.FALLBACK_DEDUP_THRESHOLD`, which only groups near-identical
+    images.
+    """
+    import json
+
+    from cl_zoo.dedup_calibration import FALLBACK_DEDUP_THRESHOLD, recorded_threshold
+
+    try:
+        value = float(meta.get("dedup_threshold", ""))
+        if -1.0 <= value <= 1.0:
+            return value, f"calibrated for {meta.get('model_name') or 'the model'}"
+    except (TypeError, ValueError):
+        pass
+    folder = _model_folder(meta, embeddings)
+    if folder is not None:
+        try:
+            value = recorded_threshold(json.loads((folder / "config.json").read_text()))
+        except (OSError, ValueError):
+            value = None
+        if value is not None:
+            return value, f"calibrated for {meta.get('model_name') or folder.name}"
+    return FALLBACK_DEDUP_THRESHOLD, "no calibrated threshold recorded for the model; the safe default"
+
+
+def _model_folder(meta: dict[str, str], embeddings: str | os.PathLike[str] | None) -> Path | None:
+    """The local checkpoint folder the embeddings' model came from, without loading it."""
+    from cl_zoo.embedding import resolve_model_reference
+
+    spec = resolve_model_reference(meta, embeddings or ".")
+    if spec and Path(spec).is_dir():
+        return Path(spec)
+    if spec and Path(spec).is_file():
+        return Path(spec).parent
+    try:
+        from cl_zoo.hub import find_bundled
+        from cl_zoo.registry import get_pretrained
+
+        bundled = get_pretrained(spec).cfg.bundled if spec else None
+        return find_bundled(bundled) if bundled else None
+    except Exception:  # noqa: BLE001 - an unknown or remote model simply has no local config
+        return None
+
+
+def dedup_groups(features: np.ndarray, threshold: float = 0.99) -> list[list[int]]:
     """Connected groups (size >= 2) of rows linked by similarity >= ``threshold``.
+
+    The default only links near-identical images; a model's calibrated threshold (see
+    :func:`dedup_threshold_for`) is usually the better choice.
 
     Linking is transitive (union-find over the pairs), so a chain a~b~c forms one group even if
     a and c are further apart; groups and their members come in row order.
@@ -173,6 +246,8 @@ __all__ = [
     "INDEX_KINDS",
     "build_index",
     "dedup_groups",
+    "dedup_threshold_for",
+    "nearest_neighbour_scores",
     "load_index",
     "normalize",
     "save_index",

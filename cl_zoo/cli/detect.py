@@ -77,7 +77,7 @@ def _detectron2(preset_name: str, model: str, output: str, num_gpus: int, dry_ru
 @click.option("--proposals-test", type=int, default=1000, show_default=True)
 @click.option("--val-limit", type=int, default=None, help="Evaluate only the first N validation images.")
 @click.option("--checkpoint-period", type=int, default=2000, show_default=True)
-@click.option("--workers", type=int, default=4, show_default=True)
+@click.option("--workers", type=click.IntRange(min=0), default=None, help="DataLoader workers (default: the usable CPUs, at most 8).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available).")
 @click.option("--output", "output", required=True, type=click.Path(file_okay=False), help="Run folder.")
@@ -126,7 +126,7 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
         rois_per_image=rois_per_image,
         proposals_test=proposals_test,
         checkpoint_period=checkpoint_period,
-        workers=workers,
+        workers=workers if workers is not None else defaults.workers,
         seed=seed,
         val_limit=val_limit,
     )

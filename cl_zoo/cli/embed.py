@@ -7,6 +7,7 @@ share of the chunks into ``OUT.parts/`` and rank 0 writes the same file a single
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -24,10 +25,11 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.option("-o", "--out", default="embeddings.npy", show_default=True, help="Output .npy (with .paths.txt/.csv sidecars) or .parquet.")
 @click.option("-b", "--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: min(4, CPUs)).")
+@click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: the usable CPUs, at most 8).")
 @click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16", "fp16"]))
 @click.option("--half", is_flag=True, help="Store float16 instead of float32.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.parts/.")
+@click.option("--force", is_flag=True, help="Discard the saved progress in OUT.parts/ and start over.")
 @click.option("--save-every", default=None, type=click.IntRange(min=1), help="Batches per progress shard in OUT.parts/ (default: about 1024 images).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def embed_command(
@@ -40,6 +42,7 @@ def embed_command(
     precision: str,
     half: bool,
     resume: bool,
+    force: bool,
     save_every: int | None,
     quiet: bool,
 ) -> int:
@@ -52,9 +55,11 @@ def embed_command(
     from cl_zoo.embedding import (
         OUTPUT_SUFFIXES,
         extract_features,
+        input_metadata,
         load_embedding_model,
         model_metadata,
         save_embeddings,
+        saved_progress,
         sidecar,
         write_failures,
     )
@@ -68,23 +73,36 @@ def embed_command(
     if not os.access(out_path.parent, os.W_OK):
         raise DataError(f"output folder is not writable: {out_path.parent}")
     rank = int(os.environ.get("RANK", "0"))
-    files = discover_images(paths)
+    # Absolute paths: the rows mean the same from any folder, and so does a --resume.
+    files = [os.path.abspath(f) for f in discover_images(paths)]
     net = load_embedding_model(model)
     stop_after = os.environ.get(STOP_AFTER_ENV)
     parts = sidecar(out_path, ".parts")
-    result = extract_features(
-        net,
-        files,
-        batch_size=batch_size,
-        device=device,
-        workers=workers,
-        precision=precision,
-        progress=not quiet,
-        progress_dir=parts,
-        resume=resume,
-        chunk_batches=save_every,
-        max_batches=int(stop_after) if stop_after else None,
-    )
+    try:
+        result = extract_features(
+            net,
+            files,
+            batch_size=batch_size,
+            device=device,
+            workers=workers,
+            precision=precision,
+            progress=not quiet,
+            progress_dir=parts,
+            resume=resume,
+            force=force,
+            chunk_batches=save_every,
+            max_batches=int(stop_after) if stop_after else None,
+        )
+    except KeyboardInterrupt:
+        if rank == 0:
+            kept = saved_progress(parts)
+            where = os.path.abspath(parts)
+            if kept is None:
+                click.echo(f"interrupted before the first part was saved; nothing kept in {where}", err=True)
+            else:
+                click.echo(f"interrupted: kept {kept} in {where}; to continue, run:", err=True)
+                click.echo(f"  {resume_command(click.get_current_context())}", err=True)
+        raise
     if rank != 0:
         return 0
     failures_csv = sidecar(out_path, ".failures.csv")
@@ -98,7 +116,7 @@ def embed_command(
             f"none of the {len(files)} images could be read; reasons in {failures_csv} "
             f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
         )
-    metadata = model_metadata(net, model or DEFAULT_MODEL)
+    metadata = {**model_metadata(net, model or DEFAULT_MODEL), **input_metadata(paths)}
     save_embeddings(out_path, result.features, result.paths, metadata, half=half)
     shutil.rmtree(parts, ignore_errors=True)
     rate = result.images_per_second
@@ -111,3 +129,35 @@ def embed_command(
     if result.failures:
         click.echo(f"warning: skipped {len(result.failures)} unreadable files; reasons in {failures_csv}", err=True)
     return 0
+
+
+def resume_command(ctx: click.Context) -> str:
+    """The command line that continues this run from any folder: same inputs, options, ``--resume``.
+
+    Options come from what was typed (defaults are left out); paths, the output and a model folder
+    are made absolute, because progress is matched on the absolute image paths.
+    """
+    from cl_zoo.embedding import model_reference
+
+    typed = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
+    params = ctx.params
+    words = ["cl-zoo", "embed", *(os.path.abspath(p) for p in params["paths"])]
+    for param in ctx.command.params:
+        name = param.name
+        if not isinstance(param, click.Option) or name in ("resume", "force") or name is None:
+            continue
+        if ctx.get_parameter_source(name) not in typed and name != "out":
+            continue
+        value = params[name]
+        flag = max(param.opts, key=len)
+        if param.is_flag:
+            if value:
+                words.append(flag)
+            continue
+        if name == "out":
+            value = os.path.abspath(value)
+        elif name == "model":
+            value = model_reference(value)
+        words += [flag, str(value)]
+    words.append("--resume")
+    return shlex.join(words)

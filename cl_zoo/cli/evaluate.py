@@ -127,6 +127,19 @@ def _finish(result: Any, task: str, out: str | None, plot: bool, as_json: bool) 
         click.echo(f"  report: {path}" + (f" (+ {len(figures)} figures)" if figures else ""))
 
 
+def _workers_default(ctx: click.Context, param: click.Parameter, value: int | None) -> int:
+    from cl_zoo.data.workers import default_workers
+
+    return default_workers() if value is None else value
+
+
+def _progress_default(ctx: click.Context, param: click.Parameter, value: bool | None) -> bool:
+    # Feature extraction over CIFAR-10 takes about a minute on a laptop CPU: silence reads as a hang.
+    import sys
+
+    return sys.stderr.isatty() if value is None else value
+
+
 def _common(fn: Callable) -> Callable:
     options = [
         click.option("--model", "-m", "model_spec", required=True, help="Registered name, checkpoint folder/file or hf-hub:owner/name[@rev]."),
@@ -139,13 +152,15 @@ def _common(fn: Callable) -> Callable:
         click.option("--per-class", type=int, default=None, help="Use only the first N images of each class (sorted order) of both splits."),
         click.option("--batch-size", type=int, default=256, show_default=True, help="Feature-extraction batch size."),
         click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)."),
-        click.option("--workers", type=int, default=4, show_default=True, help="Image-decoding worker processes."),
+        click.option("--workers", type=click.IntRange(min=0), default=None, callback=_workers_default,
+                     help="Image-decoding worker processes (default: the usable CPUs, at most 8)."),
         click.option("--no-cache", is_flag=True, help="Recompute features instead of using (and filling) the feature cache."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--out", "out", default=None, help="Report path (default eval-reports/<task>-<model>-<data>-<protocol>-<sha8>.json)."),
         click.option("--plot", is_flag=True, help="Also write PNGs beside the report: confusion matrix, PCA of test features, training curve."),
         click.option("--json", "as_json", is_flag=True, help="Print the report to stdout instead of a summary."),
-        click.option("--progress/--no-progress", default=False, help="Progress bars on stderr."),
+        click.option("--progress/--no-progress", default=None, callback=_progress_default,
+                     help="Progress bars on stderr (default: on when stderr is a terminal)."),
     ]
     for option in reversed(options):
         fn = option(fn)

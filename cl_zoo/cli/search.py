@@ -39,10 +39,10 @@ def search_command(
     """Nearest neighbours (cosine similarity) of query images among saved EMBEDDINGS."""
     from cl_zoo import search as S
     from cl_zoo.data.images import discover_images
-    from cl_zoo.embedding import extract_features, load_embedding_model, load_embeddings
+    from cl_zoo.embedding import extract_features, load_embedding_model, load_embeddings, resolve_model_reference
 
     features, paths, meta = load_embeddings(embeddings)
-    spec = model or meta.get("model")
+    spec = model or resolve_model_reference(meta, embeddings)
     if not spec:
         raise ClZooError(f"{embeddings} does not record its model; pass --model")
     query_files = discover_images(queries)
@@ -83,15 +83,25 @@ def search_command(
 
 @click.command("dedup")
 @click.argument("embeddings", type=click.Path(dir_okay=False))
-@click.option("-t", "--threshold", default=0.95, show_default=True, type=float, help="Cosine similarity that makes two images duplicates.")
+@click.option(
+    "-t", "--threshold", default=None, type=float,
+    help="Cosine similarity that makes two images duplicates (default: the model's calibrated threshold, else 0.99).",
+)
+@click.option("--show-scores", is_flag=True, help="Also print a histogram of each image's best similarity to another image.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def dedup_command(embeddings: str, threshold: float, as_json: bool) -> int:
+def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, as_json: bool) -> int:
     """List groups of near-duplicate images in saved EMBEDDINGS (exact search, transitive groups)."""
     from cl_zoo.embedding import load_embeddings
-    from cl_zoo.search import dedup_groups
+    from cl_zoo.search import dedup_groups, dedup_threshold_for, nearest_neighbour_scores
 
-    features, paths, _ = load_embeddings(embeddings)
+    features, paths, meta = load_embeddings(embeddings)
+    if threshold is None:
+        threshold, origin = dedup_threshold_for(meta, embeddings)
+        click.echo(f"threshold {threshold} ({origin}; set one with --threshold)", err=True)
     groups = dedup_groups(features, threshold)
+    if show_scores:
+        for line in score_histogram(nearest_neighbour_scores(features), threshold):
+            click.echo(line, err=True)
     if as_json:
         click.echo(json.dumps([[paths[i] for i in g] for g in groups], indent=1))
     else:
@@ -104,4 +114,30 @@ def dedup_command(embeddings: str, threshold: float, as_json: bool) -> int:
     return 0
 
 
-__all__ = ["search_command", "dedup_command"]
+def score_histogram(scores: "np.ndarray", threshold: float, bins: int = 20, width: int = 40) -> list[str]:
+    """Text histogram of nearest-neighbour similarities, the threshold's bin marked.
+
+    Bins span the scores' own range (most collections sit between 0.8 and 1), so the gap between
+    distinct images and copies, or its absence, is visible.
+    """
+    import numpy as np
+
+    if len(scores) == 0:
+        return ["nearest-neighbour similarity: fewer than 2 images"]
+    lo, hi = float(scores.min()), float(scores.max())
+    lo, hi = (lo, hi) if hi > lo else (lo - 0.005, hi + 0.005)
+    counts, edges = np.histogram(scores, bins=bins, range=(lo, hi))
+    peak = max(int(counts.max()), 1)
+    lines = [f"nearest-neighbour similarity of {len(scores)} images (>= {threshold} is grouped):"]
+    for count, left, right in zip(counts, edges[:-1], edges[1:]):
+        mark = " <- threshold" if left <= threshold < right or (right == edges[-1] and threshold == right) else ""
+        bar = "#" * int(round(width * count / peak))
+        lines.append(f"  {left:.4f}-{right:.4f} {int(count):>7} {bar}{mark}")
+    if threshold < lo:
+        lines.append(f"  (threshold {threshold} is below every score: every image has a partner)")
+    elif threshold > hi:
+        lines.append(f"  (threshold {threshold} is above every score: nothing is grouped)")
+    return lines
+
+
+__all__ = ["search_command", "dedup_command", "score_histogram"]

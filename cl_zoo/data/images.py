@@ -12,7 +12,9 @@ so a 2400x1600 photo needed at 256 px costs a fraction of a full decode.
 
 from __future__ import annotations
 
+import csv
 import errno
+import io
 import os
 import struct
 import warnings
@@ -64,30 +66,69 @@ def _walk_images(folder: str) -> list[str]:
     return found
 
 
+# Path lists in these formats are tables: the paths are one column of each row.
+TABLE_LIST_EXTENSIONS: dict[str, str] = {".csv": ",", ".tsv": "\t"}
+PATH_COLUMNS = ("path", "filepath", "file_path", "filename", "file", "image", "image_path")
+
+
+def _table_column(rows: list[list[str]], base: str) -> list[str]:
+    """The path cells of a CSV/TSV: the ``path`` column under a header, else the first column.
+
+    A first row is a header when it names a path column, or when its first cell is neither an
+    existing file nor an image name while the second row's is (``index,path`` from ``cl-zoo embed``
+    is found by its ``path`` column; ``filename,label`` by the second rule).
+    """
+    rows = [r for r in rows if r and any(c.strip() for c in r) and not r[0].lstrip().startswith("#")]
+    if not rows:
+        return []
+    header = [c.strip().lower() for c in rows[0]]
+    named = next((header.index(name) for name in PATH_COLUMNS if name in header), None)
+    if named is not None:
+        return [r[named].strip() for r in rows[1:] if len(r) > named and r[named].strip()]
+
+    def looks_like_path(cell: str) -> bool:
+        cell = cell.strip()
+        return is_image_path(cell) or os.path.exists(cell if os.path.isabs(cell) else os.path.join(base, cell))
+
+    first = rows[0][0]
+    if len(rows) > 1 and not looks_like_path(first) and looks_like_path(rows[1][0]):
+        rows = rows[1:]
+    return [r[0].strip() for r in rows if r[0].strip()]
+
+
 def _read_list(list_file: str) -> list[str]:
-    """Entries of a text file of paths; relative entries are relative to the list's own folder."""
+    """Entries of a path list; relative entries are relative to the list's own folder.
+
+    A ``.csv``/``.tsv`` list is read as a table (see :func:`_table_column`), so ``cl-zoo embed``'s
+    own ``embeddings.csv`` or a ``filename,label`` sheet works; any other file has one path per
+    line with ``#`` comments.
+    """
     try:
-        with open(list_file, encoding="utf-8") as fh:
-            lines = fh.read().splitlines()
+        with open(list_file, encoding="utf-8-sig", newline="") as fh:
+            text = fh.read()
     except UnicodeDecodeError:
         raise DataError(f"{list_file} is neither an image (by extension) nor a UTF-8 list of paths") from None
     except OSError as exc:
         raise DataError(f"cannot read {list_file}: {exc.strerror}") from None
     base = os.path.dirname(list_file)
-    entries: list[str] = []
-    for line in lines:
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        entries.append(os.path.normpath(line if os.path.isabs(line) else os.path.join(base, line)))
-    return entries
+    delimiter = TABLE_LIST_EXTENSIONS.get(os.path.splitext(list_file)[1].lower())
+    if delimiter is not None:
+        try:
+            cells = _table_column(list(csv.reader(io.StringIO(text), delimiter=delimiter)), base)
+        except csv.Error as exc:
+            raise DataError(f"{list_file} is not a readable CSV list of paths ({exc})") from None
+    else:
+        cells = [line.strip() for line in text.splitlines()]
+        cells = [c for c in cells if c and not c.startswith("#")]
+    return [os.path.normpath(c if os.path.isabs(c) else os.path.join(base, c)) for c in cells]
 
 
 def discover_images(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     """Image files named by ``paths``, deduplicated, in sorted order.
 
     Each entry may be an image file, a folder (searched recursively, hidden entries skipped) or a
-    text file listing paths (one per line, ``#`` comments). Files listed in a text file are kept
+    text file listing paths (one per line, ``#`` comments; a ``.csv``/``.tsv`` file gives its
+    ``path`` column, or its first). Files listed in a text file are kept
     even when they are missing or broken, so that they show up in the failures report of whatever
     reads them; a path given directly that does not exist, or a source with no image at all, is a
     user mistake and raises :class:`DataError`.

@@ -101,7 +101,10 @@ def decode_to_tensor(
             out[i] = _decode_one(paths[i], size)
         return stop - start
 
-    workers = workers or min(8, os.cpu_count() or 1)
+    if not workers:
+        from cl_zoo.data.workers import default_workers
+
+        workers = default_workers()
     starts = range(0, len(paths), _CHUNK)
     bar = None
     if progress:

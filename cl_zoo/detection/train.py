@@ -27,6 +27,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from cl_zoo.data.workers import default_workers
 from cl_zoo.detection.datasets import DetectionData, DetectionDataset, collate, load_detection_data
 from cl_zoo.detection.evaluate import evaluate_detections
 from cl_zoo.detection.models import build_faster_rcnn
@@ -57,7 +58,7 @@ class DetectionConfig:
     rois_per_image: int = 512
     proposals_test: int = 1000
     checkpoint_period: int = 2000
-    workers: int = 4
+    workers: int = field(default_factory=default_workers)  # the usable CPUs, at most 8
     seed: int = 0
     val_limit: int | None = None  # evaluate only the first N validation images (quick checks)
 

@@ -72,12 +72,18 @@ def search_neighbours(
     query_batch: int = 4096,
     memory_batch: int = 262_144,
     use_gpu: bool = True,
+    progress: bool = False,
 ) -> Neighbours:
     """Exact top-k neighbours of ``queries`` in ``memory``.
 
     ``memory`` may be a read-only memmap (the feature cache): only ``memory_batch`` rows are held as
-    float32 at a time. For ``cosine`` both sides are L2-normalised here.
+    float32 at a time. For ``cosine`` both sides are L2-normalised here. ``progress`` shows a bar
+    on stderr (queries x memory slices searched; off when stderr is not a terminal).
     """
+    import sys
+
+    from tqdm import tqdm
+
     if metric not in METRICS:
         raise DataError(f"unknown kNN metric {metric!r}; choose from {', '.join(METRICS)}")
     n, dim = memory.shape
@@ -86,6 +92,11 @@ def search_neighbours(
     prep = l2_normalize if metric == "cosine" else (lambda a: np.ascontiguousarray(a, dtype=np.float32))
     q_all = prep(queries)
     results: list[Neighbours | None] = [None] * ((len(q_all) + query_batch - 1) // query_batch)
+    slices = (n + memory_batch - 1) // memory_batch
+    bar = tqdm(
+        total=len(q_all) * slices, desc="knn search", unit="query", file=sys.stderr,
+        disable=None if progress else True, leave=False, dynamic_ncols=True,
+    )
     for start in range(0, n, memory_batch):
         block = prep(memory[start : start + memory_batch])
         index = _faiss_index(dim, metric, use_gpu)
@@ -95,7 +106,9 @@ def search_neighbours(
             dist, idx = index.search(q_all[qs : qs + query_batch], kk)
             sims = dist if metric == "cosine" else -dist
             results[qi] = _merge(results[qi], sims.astype(np.float32), idx.astype(np.int64) + start, k)
+            bar.update(min(query_batch, len(q_all) - qs))
         del index, block
+    bar.close()
     if not results:
         return Neighbours(np.zeros((0, k), np.float32), np.zeros((0, k), np.int64))
     return Neighbours(
@@ -156,6 +169,7 @@ def knn_classify(
     metric: str = "cosine",
     memory_batch: int = 262_144,
     use_gpu: bool = True,
+    progress: bool = False,
 ) -> dict:
     """Weighted kNN top-1 (and top-5 with more than 5 classes) for several k in one search.
 
@@ -179,7 +193,8 @@ def knn_classify(
         raise DataError(f"k={ks[-1]} is larger than the train set ({len(train_labels)} samples); use --k at most {len(train_labels)}")
     validate_split_labels(train_labels, test_labels, num_classes)
     neighbours = search_neighbours(
-        train_feats, test_feats, ks[-1], metric=metric, query_batch=batch_size, memory_batch=memory_batch, use_gpu=use_gpu
+        train_feats, test_feats, ks[-1], metric=metric, query_batch=batch_size, memory_batch=memory_batch, use_gpu=use_gpu,
+        progress=progress,
     )
     top = 5 if num_classes > 5 else 1
     metrics: dict[str, float] = {}
@@ -234,7 +249,7 @@ def evaluate_knn(
     use_gpu = device is None or "cuda" in str(device)
     out = knn_classify(
         train_fs.features, train_fs.labels, test_fs.features, test_fs.labels, ks=ks, temperature=temperature,
-        num_classes=len(train.classes), metric=metric, use_gpu=use_gpu,
+        num_classes=len(train.classes), metric=metric, use_gpu=use_gpu, progress=progress,
     )
     timings = {
         "train_features_s": train_fs.seconds,

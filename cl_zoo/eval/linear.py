@@ -143,9 +143,11 @@ def linear_fast(
     device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     timings: dict[str, float] = {}
 
-    x_all = torch.as_tensor(np.asarray(train_feats, dtype=np.float32), device=device)
+    # Cached features arrive as read-only memmaps; torch cannot share read-only memory (it warns
+    # "NumPy array is not writable"), so such arrays are copied here, writable ones are shared.
+    x_all = torch.as_tensor(np.require(train_feats, np.float32, ["C", "W"]), device=device)
     y_all = torch.as_tensor(train_labels, device=device)
-    x_test = torch.as_tensor(np.asarray(test_feats, dtype=np.float32), device=device)
+    x_test = torch.as_tensor(np.require(test_feats, np.float32, ["C", "W"]), device=device)
     y_test = torch.as_tensor(test_labels, device=device)
 
     # Seeded hold-out for the weight decay; standardisation statistics come from the fitting part only.

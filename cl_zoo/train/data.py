@@ -153,7 +153,12 @@ class StreamingBatches:
                  rank: int, world_size: int, seed: int, device: torch.device, workers: int) -> None:
         self.paths, self.size, self.configs = list(paths), size, list(configs)
         self.global_batch, self.rank, self.world_size, self.seed = global_batch, rank, world_size, seed
-        self.device, self.workers = device, workers
+        # More decoding processes than usable CPUs only contend (and make DataLoader warn that it
+        # may freeze): the recipe's default of 8 is capped on small machines. Batches do not depend
+        # on the worker count, so results are unchanged.
+        from cl_zoo.data.workers import usable_cpus
+
+        self.device, self.workers = device, min(workers, usable_cpus())
 
     def __len__(self) -> int:
         return len(self.paths) // self.global_batch
