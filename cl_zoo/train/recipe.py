@@ -38,10 +38,12 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
+from cl_zoo.bundled import bundled_folder
 from cl_zoo.errors import ClZooError
 
-# Where bare recipe names (``--recipe dcl_cifar10``) are looked up: the repository's recipes/.
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+# Where bare recipe names (``--recipe dcl_cifar10``) are looked up: the bundled recipes/ folder,
+# inside the installed package or, in a checkout, the repository's own.
+RECIPES_DIR = bundled_folder("recipes")
 
 
 @dataclass
@@ -106,7 +108,7 @@ class Recipe:
 
     @classmethod
     def load(cls, path_or_name: str | Path) -> "Recipe":
-        """Read a YAML recipe: a path, or a bare name looked up in the repository's recipes/."""
+        """Read a YAML recipe: a path, or a bare name of a bundled recipe (``dcl_cifar10``)."""
         path = resolve_recipe_path(path_or_name)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -191,7 +193,7 @@ class Recipe:
 
 
 def resolve_recipe_path(path_or_name: str | Path) -> Path:
-    """A recipe file from a path, or from a bare name in the repository's recipes/ folder."""
+    """A recipe file from a path, or from a bare name of a bundled recipe."""
     path = Path(path_or_name).expanduser()
     if path.is_file():
         return path
