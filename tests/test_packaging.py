@@ -14,7 +14,7 @@ import pytest
 
 from cl_zoo.bundled import SOURCE_FOLDERS, bundled_folder
 from cl_zoo.errors import ClZooError
-from cl_zoo.train.recipe import RECIPES_DIR, Recipe
+from cl_zoo.train.recipe import RECIPES_DIR, Recipe, resolve_recipe_path
 
 REPO = Path(__file__).resolve().parents[1]
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
@@ -63,5 +63,10 @@ def test_an_installed_layout_is_found_through_importlib(tmp_path: Path) -> None:
 def test_bundled_recipe_by_name_and_unknown_name_lists_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # no recipes/ folder here: the name must resolve through the bundle
     assert Recipe.load("dcl_cifar10").method == "dcl"
+    # the repository path the model cards quote names the bundled file when there is no such file here
+    assert resolve_recipe_path("recipes/dcl_imagenette64_cpu.yaml") == RECIPES_DIR / "dcl_imagenette64_cpu.yaml"
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "dcl_cifar10.yaml").write_text("method: simclr\n")
+    assert Recipe.load("recipes/dcl_cifar10.yaml").method == "simclr"  # a real local file wins
     with pytest.raises(ClZooError, match=r"recipe not found: dcl_cifar1 \(bundled recipes: .*dcl_cifar10"):
         Recipe.load("dcl_cifar1")

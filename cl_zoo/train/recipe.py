@@ -193,12 +193,17 @@ class Recipe:
 
 
 def resolve_recipe_path(path_or_name: str | Path) -> Path:
-    """A recipe file from a path, or from a bare name of a bundled recipe."""
+    """A recipe file from a path, or from the name of a bundled recipe.
+
+    ``dcl_cifar10``, ``dcl_cifar10.yaml`` and ``recipes/dcl_cifar10.yaml`` (the repository path the
+    docs and model cards quote) all name the bundled file when no such file exists where the user
+    runs, so those commands work from an installed wheel too.
+    """
     path = Path(path_or_name).expanduser()
     if path.is_file():
         return path
-    if not path.suffix and path.parent == Path("."):
-        candidate = RECIPES_DIR / f"{path.name}.yaml"
+    if path.parent in (Path("."), Path("recipes")) and path.suffix in ("", ".yaml"):
+        candidate = RECIPES_DIR / f"{path.stem}.yaml"
         if candidate.is_file():
             return candidate
     known = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")) if RECIPES_DIR.is_dir() else []
