@@ -97,6 +97,7 @@ def test_coco_folder_is_registered_with_its_category_count(tiny_coco_dir, tmp_pa
     (["--", "SOLVER.MAX_ITER"], "KEY VALUE pairs"),
     (["--num-gpus", "2"], "--num-gpus 2 needs CUDA"),
     (["--batch-size", "0"], "--batch-size must be positive"),
+    (["--val-data", ".", "--val-split", "none"], "nothing would be evaluated"),
 ])
 def test_options_detectron2_cannot_honour_are_refused_in_one_line(bccd_voc_dir, tmp_path, capsys, args, message):
     out = tmp_path / "run"

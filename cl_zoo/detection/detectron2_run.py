@@ -142,6 +142,8 @@ def _refuse_unmappable(o: Detectron2Options, preset: Preset) -> None:
         other = "coco-fpn-1x" if o.head == "fpn" else "voc-c4, coco-c4-1x or coco-c4-2x"
         raise ClZooError(f"--head {o.head} does not match --config's {preset.head.upper()} model; "
                          f"with --engine detectron2 choose --config {other}")
+    if o.val_data is not None and (o.val_split or "").lower() == "none":
+        raise ClZooError("--val-data with --val-split none: nothing would be evaluated; drop one of them")
     if not o.data:
         if o.val_data is not None or o.train_split is not None:
             given = "--val-data" if o.val_data is not None else "--train-split"
