@@ -16,13 +16,13 @@ When every source fails the error names each one tried and why.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 
+from cl_zoo.bundled import bundled_folder
 from cl_zoo.checkpoint import (
     CONFIG_NAME,
     INDEX_NAME,
@@ -36,7 +36,6 @@ if TYPE_CHECKING:
     from cl_zoo.registry import PretrainedEntry
 
 HUB_PREFIX = "hf-hub:"
-_REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def model_card_dirs() -> list[Path]:
@@ -44,8 +43,7 @@ def model_card_dirs() -> list[Path]:
     dirs = []
     if env := os.environ.get("CL_ZOO_MODEL_CARDS"):
         dirs.append(Path(env))
-    dirs.append(_REPO_ROOT / "model_cards")  # a checkout / editable install
-    dirs.append(Path(sys.prefix) / "share" / "cl-zoo" / "model_cards")  # a wheel install
+    dirs.append(bundled_folder("model_cards"))  # inside the installed package, or the checkout's
     return dirs
 
 

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
-import subprocess
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from cl_zoo.errors import ClZooError
+
+if TYPE_CHECKING:
+    from cl_zoo.detection.detectron2_run import Detectron2Options
 
 
 def _ints(text: str | None) -> tuple[int, ...] | None:
@@ -22,39 +24,32 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
         raise ClZooError(f"expected comma-separated integers, got {text!r}") from exc
 
 
-def _detectron2(preset_name: str, model: str, output: str, num_gpus: int, dry_run: bool, prefix: str | None,
-                extra: tuple[str, ...]) -> None:
+def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: bool, prefix: str | None) -> None:
     from cl_zoo.convert.export import export_detectron2
-    from cl_zoo.detection.presets import get_preset
+    from cl_zoo.detection.detectron2_run import launch_detectron2, plan_detectron2_run
 
-    preset = get_preset(preset_name)
-    folder = Path(__file__).resolve().parents[2] / "transfer" / "detectron2"
-    config = folder / "configs" / preset.yaml
-    if not config.is_file():
-        raise ClZooError(f"{config} is missing; the detectron2 launcher ships with the cl-zoo repository, not the wheel")
-    out = Path(output)
-    weights = out / "model.pkl"
-    command = [sys.executable, str(folder / "train_net.py"), "--config-file", str(config), "--num-gpus", str(num_gpus),
-               "MODEL.WEIGHTS", str(weights), "OUTPUT_DIR", str(out), *extra]
+    run = plan_detectron2_run(options, output)
     if dry_run:
-        click.echo(shlex.join(command))
+        click.echo(shlex.join(run.command()))
         return
-    summary = export_detectron2(model, weights, prefix=prefix)
+    summary = export_detectron2(model, run.weights, prefix=prefix)
     click.echo(summary.text())
     if importlib.util.find_spec("detectron2") is None:
         raise ClZooError(
-            f"detectron2 is not installed (weights are ready in {weights}); install it with "
+            f"detectron2 is not installed (weights are ready in {run.weights}); install it with "
             "pip install 'git+https://github.com/facebookresearch/detectron2.git' and rerun, or use --engine torchvision"
         )
-    click.echo("running: " + shlex.join(command))
-    code = subprocess.call(command, cwd=str(folder))
+    click.echo("running: " + shlex.join(run.command()))
+    code = launch_detectron2(run)
     if code != 0:
         raise ClZooError(f"detectron2 training exited with status {code}")
 
 
 @click.command("detect")
 @click.option("--engine", type=click.Choice(["torchvision", "detectron2"]), default="torchvision", show_default=True)
-@click.option("--config", "preset", default=None, help="Protocol preset: voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x.")
+@click.option("--config", "preset", default=None,
+              help="Protocol preset: voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x (detectron2 default: voc-c4 "
+                   "for a VOC --data folder, coco-c4-1x for a COCO one).")
 @click.option("--model", "model_spec", required=True, help="Zoo name, checkpoint folder/file or hf-hub: id.")
 @click.option("--prefix", default=None, help="Key prefix of the encoder inside a raw checkpoint.")
 @click.option("--data", "data", multiple=True, help="Training data root (VOC or COCO layout); repeat to concatenate.")
@@ -75,16 +70,18 @@ def _detectron2(preset_name: str, model: str, output: str, num_gpus: int, dry_ru
 @click.option("--max-size", type=int, default=1333, show_default=True)
 @click.option("--rois-per-image", type=int, default=512, show_default=True)
 @click.option("--proposals-test", type=int, default=1000, show_default=True)
-@click.option("--val-limit", type=int, default=None, help="Evaluate only the first N validation images.")
+@click.option("--val-limit", type=int, default=None,
+              help="Evaluate only the first N validation images (torchvision engine).")
 @click.option("--checkpoint-period", type=int, default=2000, show_default=True)
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="DataLoader workers (default: the usable CPUs, at most 8).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available).")
 @click.option("--output", "output", required=True, type=click.Path(file_okay=False), help="Run folder.")
-@click.option("--resume", is_flag=True, help="Continue from OUTPUT/last.pt.")
-@click.option("--num-gpus", type=int, default=8, show_default=True, help="detectron2 engine only.")
-@click.option("--dry-run", is_flag=True, help="detectron2 engine: print the command only.")
-@click.option("--no-progress", is_flag=True)
+@click.option("--resume", is_flag=True, help="Continue from OUTPUT/last.pt (detectron2: OUTPUT/last_checkpoint).")
+@click.option("--num-gpus", type=int, default=None,
+              help="detectron2 engine only: processes, one per GPU (default: every visible GPU; 1 on cpu).")
+@click.option("--dry-run", is_flag=True, help="detectron2 engine: print the full train_net.py command only.")
+@click.option("--no-progress", is_flag=True, help="No progress bar (detectron2 prints log lines either way).")
 @click.argument("extra", nargs=-1)
 def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str | None, data: tuple[str, ...],
                    val_data: str | None, train_split: str | None, val_split: str | None, head: str | None, norm: str,
@@ -92,18 +89,31 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
                    batch_size: int, lr: float | None, min_size_train: str | None, min_size_test: int | None,
                    max_size: int, rois_per_image: int, proposals_test: int, val_limit: int | None,
                    checkpoint_period: int, workers: int, seed: int, device: str | None, output: str, resume: bool,
-                   num_gpus: int, dry_run: bool, no_progress: bool, extra: tuple[str, ...]) -> None:
+                   num_gpus: int | None, dry_run: bool, no_progress: bool, extra: tuple[str, ...]) -> None:
     """Fine-tune Faster R-CNN on a backbone and report COCO AP and VOC07 AP50.
 
-    EXTRA (after --) are detectron2 config overrides, e.g. -- SOLVER.IMS_PER_BATCH 8.
+    With --engine detectron2 every option becomes a detectron2 config override (or is refused), and
+    --data/--val-data folders (VOC or COCO layout) are registered inside train_net.py. EXTRA (after
+    --) are further detectron2 overrides for keys no option sets, e.g. -- TEST.PRECISE_BN.NUM_ITER 50.
     """
     from cl_zoo.detection.presets import get_preset
 
     if engine == "detectron2":
-        if preset is None:
-            raise ClZooError("--engine detectron2 needs --config (voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x)")
-        _detectron2(preset, model_spec, output, num_gpus, dry_run, prefix, extra)
+        from cl_zoo.detection.detectron2_run import Detectron2Options
+
+        options = Detectron2Options(
+            preset=preset, data=data, val_data=val_data, train_split=train_split, val_split=val_split, head=head,
+            norm=norm, freeze_at=freeze_at, max_iter=max_iter, steps=_ints(steps), warmup_iters=warmup_iters,
+            batch_size=batch_size, lr=lr, min_sizes_train=_ints(min_size_train), min_size_test=min_size_test,
+            max_size=max_size, rois_per_image=rois_per_image, proposals_test=proposals_test, val_limit=val_limit,
+            checkpoint_period=checkpoint_period, workers=workers, seed=seed, device=device, num_gpus=num_gpus,
+            resume=resume, extra=extra,
+        )
+        _detectron2(options, model_spec, output, dry_run, prefix)
         return
+    for given, flag in ((num_gpus is not None, "--num-gpus"), (dry_run, "--dry-run"), (bool(extra), "EXTRA after --")):
+        if given:
+            raise ClZooError(f"{flag} applies to --engine detectron2 only")
     p = get_preset(preset) if preset is not None else None
     from cl_zoo.convert.export import check_standard_layout, resnet_weights
     from cl_zoo.detection.train import DetectionConfig, open_datasets, train_detector

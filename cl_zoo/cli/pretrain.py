@@ -35,7 +35,7 @@ def _parse_set(items: tuple[str, ...]) -> dict[str, object]:
 
 
 @click.command(context_settings={"show_default": True})
-@click.option("--recipe", "recipe_path", help="Recipe YAML (a path, or a name under recipes/).")
+@click.option("--recipe", "recipe_path", help="Recipe YAML: a path, or a bundled recipe's name (dcl_cifar10).")
 @click.option("--method", help="Method name (dcl, dclw, simclr, mocov2, ...); overrides the recipe.")
 @click.option("--arch", help="Backbone architecture (see `cl-zoo models`); overrides the recipe.")
 @click.option("--data", help="Training images: an ImageFolder directory, an archive of one, or a named dataset. "

@@ -38,10 +38,12 @@ from typing import Any, Literal, Mapping
 
 import yaml
 
+from cl_zoo.bundled import bundled_folder
 from cl_zoo.errors import ClZooError
 
-# Where bare recipe names (``--recipe dcl_cifar10``) are looked up: the repository's recipes/.
-RECIPES_DIR = Path(__file__).resolve().parents[2] / "recipes"
+# Where bare recipe names (``--recipe dcl_cifar10``) are looked up: the bundled recipes/ folder,
+# inside the installed package or, in a checkout, the repository's own.
+RECIPES_DIR = bundled_folder("recipes")
 
 
 @dataclass
@@ -106,7 +108,7 @@ class Recipe:
 
     @classmethod
     def load(cls, path_or_name: str | Path) -> "Recipe":
-        """Read a YAML recipe: a path, or a bare name looked up in the repository's recipes/."""
+        """Read a YAML recipe: a path, or a bare name of a bundled recipe (``dcl_cifar10``)."""
         path = resolve_recipe_path(path_or_name)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -191,12 +193,17 @@ class Recipe:
 
 
 def resolve_recipe_path(path_or_name: str | Path) -> Path:
-    """A recipe file from a path, or from a bare name in the repository's recipes/ folder."""
+    """A recipe file from a path, or from the name of a bundled recipe.
+
+    ``dcl_cifar10``, ``dcl_cifar10.yaml`` and ``recipes/dcl_cifar10.yaml`` (the repository path the
+    docs and model cards quote) all name the bundled file when no such file exists where the user
+    runs, so those commands work from an installed wheel too.
+    """
     path = Path(path_or_name).expanduser()
     if path.is_file():
         return path
-    if not path.suffix and path.parent == Path("."):
-        candidate = RECIPES_DIR / f"{path.name}.yaml"
+    if path.parent in (Path("."), Path("recipes")) and path.suffix in ("", ".yaml"):
+        candidate = RECIPES_DIR / f"{path.stem}.yaml"
         if candidate.is_file():
             return candidate
     known = sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")) if RECIPES_DIR.is_dir() else []

@@ -1,0 +1,254 @@
+"""``cl-zoo detect --engine detectron2``: every option of ``detect`` mapped onto a detectron2 run.
+
+The run is the bundled ``train_net.py`` (see :mod:`cl_zoo.bundled`) on one of the protocol configs,
+given detectron2 config overrides. Each ``detect`` option either becomes such an override
+(``--max-iter`` -> ``SOLVER.MAX_ITER``, ``--device`` -> ``MODEL.DEVICE``, ...) or is refused for this
+engine with one line; none is dropped silently. ``--data``/``--val-data`` folders are registered
+inside ``train_net.py`` under names of their own (``--voc``/``--coco``), with
+``MODEL.ROI_HEADS.NUM_CLASSES`` set to their class count, and evaluated by the matching evaluator.
+
+Every path in the command is absolute and the process runs in the caller's directory, so a relative
+``--output`` lands where the user ran, and detectron2's builtin datasets are looked up under
+``$DETECTRON2_DATASETS`` (default ``./datasets`` there), not inside the installed package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cl_zoo.bundled import bundled_folder
+from cl_zoo.detection.detectron2_datasets import Detectron2Dataset, describe_dataset, shared_classes
+from cl_zoo.detection.presets import Preset, get_preset
+from cl_zoo.errors import ClZooError
+
+# Names the user's folders are registered under inside train_net.py (never a builtin voc_*/coco_*).
+TRAIN_NAME = "cl_zoo_train_{}"
+VAL_NAME = "cl_zoo_val"
+WEIGHTS_FILE = "model.pkl"
+
+
+@dataclass
+class Detectron2Options:
+    """The ``detect`` options, as given (``None``: not given, the config's value stands)."""
+
+    preset: str | None = None
+    data: tuple[str, ...] = ()
+    val_data: str | None = None
+    train_split: str | None = None
+    val_split: str | None = None
+    head: str | None = None
+    norm: str = "bn"
+    freeze_at: int = 0
+    max_iter: int | None = None
+    steps: tuple[int, ...] | None = None
+    warmup_iters: int | None = None
+    batch_size: int = 16
+    lr: float | None = None
+    min_sizes_train: tuple[int, ...] | None = None
+    min_size_test: int | None = None
+    max_size: int = 1333
+    rois_per_image: int = 512
+    proposals_test: int = 1000
+    val_limit: int | None = None
+    checkpoint_period: int = 2000
+    workers: int = 4
+    seed: int = 0
+    device: str | None = None
+    num_gpus: int | None = None
+    resume: bool = False
+    extra: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Detectron2Run:
+    """A fully resolved run: what :meth:`command` launches."""
+
+    train_net: Path
+    config: Path
+    output: Path
+    num_gpus: int
+    resume: bool
+    datasets: tuple[Detectron2Dataset, ...]
+    overrides: tuple[tuple[str, str], ...]  # (KEY, VALUE) in the order given to detectron2
+    extra: tuple[str, ...] = ()
+
+    @property
+    def weights(self) -> Path:
+        return self.output / WEIGHTS_FILE
+
+    def command(self, python: str = sys.executable) -> list[str]:
+        cmd = [python, str(self.train_net), "--config-file", str(self.config), "--num-gpus", str(self.num_gpus)]
+        if self.resume:
+            cmd.append("--resume")
+        for dataset in self.datasets:
+            cmd += dataset.arguments()
+        voc = [d for d in self.datasets if d.layout == "voc"]
+        if voc:
+            cmd += ["--voc-classes", ",".join(voc[0].classes)]
+        for key, value in self.overrides:
+            cmd += [key, value]
+        return cmd + list(self.extra)
+
+
+def _tuple(values: tuple[int, ...] | tuple[str, ...]) -> str:
+    """A tuple literal for yacs, which keeps the config's tuple type: ``(1,2)``, ``("a",)``, ``()``.
+
+    Strings take double quotes (JSON's escaping is valid Python) so the printed command needs no
+    nested shell quoting.
+    """
+    items = [json.dumps(v) if isinstance(v, str) else str(int(v)) for v in values]
+    return "(" + ",".join(items) + ("," if len(items) == 1 else "") + ")"
+
+
+def _device(requested: str | None) -> str:
+    import torch
+
+    if requested is None:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested != "cpu" and not requested.startswith("cuda"):
+        raise ClZooError(f"--device {requested}: detectron2 runs on cpu or cuda[:N]")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise ClZooError(f"--device {requested}: CUDA is not available here; use --device cpu")
+    return requested
+
+
+def _num_gpus(requested: int | None, device: str, batch_size: int) -> int:
+    import torch
+
+    if device == "cpu":
+        if requested not in (None, 1):
+            raise ClZooError(f"--num-gpus {requested} needs CUDA; with --device cpu detectron2 runs one process")
+        return 1
+    count = requested if requested is not None else (1 if ":" in device else max(1, torch.cuda.device_count()))
+    if count < 1:
+        raise ClZooError(f"--num-gpus must be at least 1, got {count}")
+    if ":" in device and count > 1:
+        raise ClZooError(f"--device {device} picks one GPU; use --device cuda with --num-gpus {count}")
+    if batch_size % count:
+        raise ClZooError(f"--batch-size {batch_size} must be divisible by --num-gpus {count} (images per GPU)")
+    return count
+
+
+def _refuse_unmappable(o: Detectron2Options, preset: Preset) -> None:
+    if o.val_limit is not None:
+        raise ClZooError("--val-limit is not available with --engine detectron2 (its evaluators score the "
+                         "whole split); use a smaller --val-split or --engine torchvision")
+    if o.head is not None and o.head != preset.head:
+        other = "coco-fpn-1x" if o.head == "fpn" else "voc-c4, coco-c4-1x or coco-c4-2x"
+        raise ClZooError(f"--head {o.head} does not match --config's {preset.head.upper()} model; "
+                         f"with --engine detectron2 choose --config {other}")
+    if o.val_data is not None and (o.val_split or "").lower() == "none":
+        raise ClZooError("--val-data with --val-split none: nothing would be evaluated; drop one of them")
+    if not o.data:
+        if o.val_data is not None or o.train_split is not None:
+            given = "--val-data" if o.val_data is not None else "--train-split"
+            raise ClZooError(f"{given} needs --data with --engine detectron2 (without --data the config's "
+                             "builtin datasets under $DETECTRON2_DATASETS are used)")
+        if o.val_split is not None and o.val_split.lower() != "none":
+            raise ClZooError("--val-split needs --data with --engine detectron2 (only 'none' applies to the "
+                             "config's builtin datasets)")
+    for flag, value in (("--max-iter", o.max_iter), ("--batch-size", o.batch_size),
+                        ("--checkpoint-period", o.checkpoint_period), ("--rois-per-image", o.rois_per_image),
+                        ("--proposals-test", o.proposals_test), ("--max-size", o.max_size),
+                        ("--min-size-test", o.min_size_test)):
+        if value is not None and value < 1:
+            raise ClZooError(f"{flag} must be positive, got {value}")
+    for flag, value in (("--workers", o.workers), ("--freeze-at", o.freeze_at), ("--warmup-iters", o.warmup_iters)):
+        if value is not None and value < 0:
+            raise ClZooError(f"{flag} must be >= 0, got {value}")
+    if o.lr is not None and not o.lr > 0:
+        raise ClZooError(f"--lr must be positive, got {o.lr}")
+
+
+def _datasets(o: Detectron2Options, preset: Preset) -> tuple[list[Detectron2Dataset], list[Detectron2Dataset]]:
+    if not o.data:
+        return [], []
+    train_split = o.train_split or preset.train_split
+    val_split = o.val_split or preset.val_split
+    train = [describe_dataset(root, train_split, TRAIN_NAME.format(i)) for i, root in enumerate(o.data)]
+    val = [] if val_split.lower() == "none" else [
+        describe_dataset(o.val_data or o.data[0], val_split, VAL_NAME, evaluated=True)
+    ]
+    return train, val
+
+
+def default_preset(data: tuple[str, ...]) -> str:
+    """``--config`` when not given: the VOC protocol for a VOC folder, COCO R50-C4 1x for a COCO one."""
+    if not data:
+        raise ClZooError("--engine detectron2 needs --config (voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x) or --data")
+    return "voc-c4" if (Path(data[0]).expanduser() / "Annotations").is_dir() else "coco-c4-1x"
+
+
+def plan_detectron2_run(o: Detectron2Options, output: str | os.PathLike[str]) -> Detectron2Run:
+    """Resolve every option into a :class:`Detectron2Run`, or refuse with a one-line ClZooError."""
+    preset = get_preset(o.preset or default_preset(o.data))
+    _refuse_unmappable(o, preset)
+    folder = bundled_folder("detectron2")
+    train_net, config = folder / "train_net.py", folder / "configs" / preset.yaml
+    for needed in (train_net, config):
+        if not needed.is_file():
+            raise ClZooError(f"{needed} is missing: this cl-zoo install lacks its detectron2 launcher")
+    device = _device(o.device)
+    num_gpus = _num_gpus(o.num_gpus, device, o.batch_size)
+    out = Path(os.path.abspath(os.path.expanduser(output)))
+    train, val = _datasets(o, preset)
+
+    # (option that sets it, KEY, VALUE); the option name is how a clashing EXTRA is explained.
+    mapped: list[tuple[str, str, str]] = [
+        ("--model", "MODEL.WEIGHTS", str(out / WEIGHTS_FILE)),
+        ("--output", "OUTPUT_DIR", str(out)),
+        ("--device", "MODEL.DEVICE", device),
+        ("--seed", "SEED", str(o.seed)),
+        ("--batch-size", "SOLVER.IMS_PER_BATCH", str(o.batch_size)),
+        ("--lr", "SOLVER.BASE_LR", repr(o.lr if o.lr is not None else 0.02 * o.batch_size / 16)),
+        ("--freeze-at", "MODEL.BACKBONE.FREEZE_AT", str(o.freeze_at)),
+        ("--max-size", "INPUT.MAX_SIZE_TRAIN", str(o.max_size)),
+        ("--max-size", "INPUT.MAX_SIZE_TEST", str(o.max_size)),
+        ("--rois-per-image", "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE", str(o.rois_per_image)),
+        ("--proposals-test", "MODEL.RPN.POST_NMS_TOPK_TEST", str(o.proposals_test)),
+        ("--checkpoint-period", "SOLVER.CHECKPOINT_PERIOD", str(o.checkpoint_period)),
+        ("--workers", "DATALOADER.NUM_WORKERS", str(o.workers)),
+    ]
+    if o.norm == "frozen":
+        mapped.append(("--norm", "MODEL.RESNETS.NORM", "FrozenBN"))
+    if o.max_iter is not None:
+        mapped.append(("--max-iter", "SOLVER.MAX_ITER", str(o.max_iter)))
+    if o.steps is not None:
+        mapped.append(("--steps", "SOLVER.STEPS", _tuple(o.steps)))
+    if o.warmup_iters is not None:
+        mapped.append(("--warmup-iters", "SOLVER.WARMUP_ITERS", str(o.warmup_iters)))
+    if o.min_sizes_train is not None:
+        mapped.append(("--min-size-train", "INPUT.MIN_SIZE_TRAIN", _tuple(o.min_sizes_train)))
+    if o.min_size_test is not None:
+        mapped.append(("--min-size-test", "INPUT.MIN_SIZE_TEST", str(o.min_size_test)))
+    if train:
+        classes = shared_classes(train + val)
+        mapped += [
+            ("--data", "DATASETS.TRAIN", _tuple(tuple(d.name for d in train))),
+            ("--data", "MODEL.ROI_HEADS.NUM_CLASSES", str(len(classes))),
+        ]
+        # VOC folders are all registered with one class list, so a label means the same everywhere.
+        train = [Detectron2Dataset(d.name, d.layout, d.paths, classes) for d in train]
+        val = [Detectron2Dataset(d.name, d.layout, d.paths, classes) for d in val]
+    if o.data or (o.val_split or "").lower() == "none":
+        mapped.append(("--val-split", "DATASETS.TEST", _tuple(tuple(d.name for d in val))))
+
+    extra = tuple(o.extra)
+    if len(extra) % 2:
+        raise ClZooError(f"detectron2 overrides after -- come as KEY VALUE pairs; got {len(extra)} words")
+    set_by = {key: flag for flag, key, _ in mapped}
+    for key in extra[::2]:
+        if key in set_by:
+            raise ClZooError(f"{key} is set by {set_by[key]}; give it there, not after --")
+    return Detectron2Run(train_net, config, out, num_gpus, o.resume, tuple(train + val),
+                         tuple((key, value) for _, key, value in mapped), extra)
+
+
+def launch_detectron2(run: Detectron2Run) -> int:
+    """Run ``train_net.py`` in the caller's directory; returns its exit status."""
+    return subprocess.call(run.command())
