@@ -143,6 +143,10 @@ def how_to_load(config: Mapping[str, Any], source: str) -> str:
         load = f"model = cl_zoo.create_model({source!r}, pretrained=True)  # same as cl_zoo.load_pretrained({source!r})"
     else:
         load = f"model = cl_zoo.load_pretrained({source!r})"
+    if registered_name_of(config) == source:  # hubconf has every registered name as an entry point
+        hub_call = f"torch.hub.load('path/to/cl-zoo', {source!r}, source='local')"
+    else:
+        hub_call = f"torch.hub.load('path/to/cl-zoo', 'load_pretrained', {source!r}, source='local')"
     python = (
         "```python\nimport torch\nimport cl_zoo\n\n"
         f"{load}\n"
@@ -154,7 +158,7 @@ def how_to_load(config: Mapping[str, Any], source: str) -> str:
         f"{python}\n\n"
         "```bash\n"
         f"cl-zoo embed images/ --model {source} --out out/embeddings.npy\n```\n\n"
-        f"From a cl-zoo checkout with torch.hub: `torch.hub.load('path/to/cl-zoo', 'load_pretrained', {source!r}, source='local')`.\n\n"
+        f"From a cl-zoo checkout with torch.hub: `{hub_call}`.\n\n"
         f"Preprocessing: resize the shorter side to {int(round(size[-1] / cfg.get('crop_pct', 1.0)))} "
         f"({cfg.get('interpolation', 'bilinear')}), centre-crop {size[-2]}x{size[-1]}, normalise with mean "
         f"{list(cfg.get('mean', []))} and std {list(cfg.get('std', []))}."
@@ -171,14 +175,15 @@ def training_data_text(config: Mapping[str, Any]) -> tuple[str, str]:
     if source.lower() == str(named).lower():  # a named dataset: "50,000 images of cifar10 train"
         what = f"{named}{' ' + split if split else ''}"
     else:
-        what = f"`{source}`{f' ({split} split)' if split else ''}" + (f", which its recipe calls {named}" if named else "")
+        notes = [f"{split} split" if split else "", f"its recipe names it {named}" if named else ""]
+        what = f"`{source}`" + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else "")
     phrase = f" on {data['images']:,} images of {what}"
     held = int(data["images"]) - int(data.get("trained_images") or data["images"])
     sentence = (
-        f"Training data: {int(data.get('trained_images') or data['images']):,} images"
-        + (f" ({held:,} held out for the kNN monitor)" if held > 0 else "")
-        + ("" if data.get("labeled", True) else ", no labels")
-        + f"; fingerprint `{data.get('fingerprint')}` (sha256 over the images' relative paths and sizes)."
+        f"Training data fingerprint: `{data.get('fingerprint')}` (sha256 over the images' relative paths and sizes)"
+        + (f"; {held:,} of the images were held out for the kNN monitor" if held > 0 else "")
+        + ("" if data.get("labeled", True) else "; the images had no labels")
+        + "."
     )
     return phrase, sentence
 
@@ -211,8 +216,8 @@ def render_card(
         f"{config.get('num_features')}-d pooled features)"
         + (f" pretrained with **{method.upper()}**" if method else "")
         + (f" ({paper})" if paper else "")
-        + data_phrase
         + (f" for {cfg.get('epochs')} epochs" if cfg.get("epochs") else "")
+        + data_phrase
         + ". It is a feature extractor: the projection head and momentum encoder used in pretraining are not included."
         + (f"\n\n{data_sentence}" if data_sentence else "")
         + (f"\n\n{cfg['notes']}" if cfg.get("notes") else "")

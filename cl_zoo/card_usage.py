@@ -70,6 +70,19 @@ def with_load_source(text: str, config: Mapping[str, Any], source: str) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _path_pattern(paths: set[str]) -> re.Pattern[str]:
+    # A whole path, not the prefix of a longer one (".../ckpt" must not match ".../ckpt-sharded").
+    alternatives = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
+    return re.compile(r"(?<![\w/.~-])(?:" + alternatives + r")(?![\w/.-])")
+
+
+def retarget(text: str, folder: str | os.PathLike[str], source: str) -> str:
+    """The card with the folder's local path (as ``save_pretrained`` wrote it) replaced by ``source``."""
+    folder = Path(folder)
+    paths = {str(folder.resolve()), os.path.abspath(folder)}
+    return _path_pattern(paths).sub(lambda _: source, text)
+
+
 def _local_code(block: str, folder: Path, repo_id: str | None) -> str:
     if repo_id is None:
         return block

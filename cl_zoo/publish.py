@@ -4,8 +4,9 @@ A folder is checked before anything leaves the machine (its config parses, its w
 the architecture it names and match the checksums recorded at save time, its model card has
 front matter, and the card's usage snippet, pointed at the target repo, runs against the folder:
 see :mod:`cl_zoo.card_usage`), because a broken upload is public and cached by every user who
-pulls it. The uploaded card names ``hf-hub:<repo id>`` in its load calls; the local folder's card
-is left as it was (the upload is staged from hard links, never by editing the user's files).
+pulls it. A card written by ``save_pretrained`` names the folder's local path in its load calls;
+the uploaded card names ``hf-hub:<repo id>`` there instead, and the local folder's card is left as
+it was (the upload is staged from hard links, never by editing the user's files).
 
 Uploads go through ``HfApi.create_repo`` and ``HfApi.upload_folder``; the token comes from the
 argument, ``HF_TOKEN`` or the saved Hub login (``huggingface_hub.get_token``). It is never
@@ -87,11 +88,20 @@ def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
 def card_for_repo(folder: str | os.PathLike[str], repo_id: str) -> str:
     """The folder's card with its load calls naming ``hf-hub:<repo_id>``, after checking that its
     usage snippet runs against the folder (CheckpointError, one line, when it does not)."""
-    from cl_zoo.card_usage import check_usage, with_load_source
+    from cl_zoo.card import registered_name_of
+    from cl_zoo.card_usage import check_usage, retarget, usage_blocks
     from cl_zoo.checkpoint import read_config
 
     folder = Path(folder)
-    text = with_load_source((folder / CARD_NAME).read_text(encoding="utf-8"), read_config(folder), f"hf-hub:{repo_id}")
+    card = folder / CARD_NAME
+    text = retarget(card.read_text(encoding="utf-8"), folder, f"hf-hub:{repo_id}")
+    # The snippet must load what is uploaded: the repo itself, or the registered name pinning these weights.
+    names = [f"hf-hub:{repo_id}"] + [n for n in [registered_name_of(read_config(folder))] if n]
+    if not any(name in block for block in usage_blocks(text) for name in names):
+        raise CheckpointError(
+            f"{card}: the usage snippet under '## How to load' does not load {' or '.join(names)}; "
+            "write the call that loads this checkpoint there"
+        )
     check_usage(text, folder, repo_id=repo_id)
     return text
 
