@@ -10,7 +10,7 @@ evaluated, and which paper to cite.
 from __future__ import annotations
 
 import os
-import re
+import shlex
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -157,7 +157,7 @@ def how_to_load(config: Mapping[str, Any], source: str) -> str:
     return (
         f"{python}\n\n"
         "```bash\n"
-        f"cl-zoo embed images/ --model {source} --out out/embeddings.npy\n```\n\n"
+        f"cl-zoo embed images/ --model {shlex.quote(source)} --out out/embeddings.npy\n```\n\n"
         f"From a cl-zoo checkout with torch.hub: `{hub_call}`.\n\n"
         f"Preprocessing: resize the shorter side to {int(round(size[-1] / cfg.get('crop_pct', 1.0)))} "
         f"({cfg.get('interpolation', 'bilinear')}), centre-crop {size[-2]}x{size[-1]}, normalise with mean "

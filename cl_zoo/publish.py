@@ -97,7 +97,8 @@ def card_for_repo(folder: str | os.PathLike[str], repo_id: str) -> str:
     text = retarget(card.read_text(encoding="utf-8"), folder, f"hf-hub:{repo_id}")
     # The snippet must load what is uploaded: the repo itself, or the registered name pinning these weights.
     names = [f"hf-hub:{repo_id}"] + [n for n in [registered_name_of(read_config(folder))] if n]
-    if not any(name in block for block in usage_blocks(text) for name in names):
+    blocks = usage_blocks(text)  # none: check_usage says so
+    if blocks and not any(name in block for block in blocks for name in names):
         raise CheckpointError(
             f"{card}: the usage snippet under '## How to load' does not load {' or '.join(names)}; "
             "write the call that loads this checkpoint there"
