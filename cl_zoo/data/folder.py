@@ -167,6 +167,8 @@ def scan_unlabeled_folder(directory: str | os.PathLike, *, source: str | None = 
     root = Path(directory)
     if not root.is_dir():
         raise DataError(f"image folder not found: {root}")
+    if not any(not _hidden(e) for e in os.listdir(root)):
+        raise DataError(f"empty folder: {root}")
     rel_paths = _list_images(root)
     if not rel_paths:
         raise DataError(f"no images in {root} (extensions: {', '.join(sorted(IMAGE_EXTENSIONS))})")
