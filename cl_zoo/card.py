@@ -216,7 +216,7 @@ def render_card(
         f"{config.get('num_features')}-d pooled features)"
         + (f" pretrained with **{method.upper()}**" if method else "")
         + (f" ({paper})" if paper else "")
-        + (f" for {cfg.get('epochs')} epochs" if cfg.get("epochs") else "")
+        + (f" for {cfg['epochs']} epoch{'s' if cfg['epochs'] != 1 else ''}" if cfg.get("epochs") else "")
         + data_phrase
         + ". It is a feature extractor: the projection head and momentum encoder used in pretraining are not included."
         + (f"\n\n{data_sentence}" if data_sentence else "")

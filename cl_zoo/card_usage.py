@@ -14,8 +14,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
-
 from cl_zoo.errors import CheckpointError
 
 USAGE_SECTION = "How to load"
@@ -53,21 +51,6 @@ def usage_blocks(text: str) -> list[str]:
             elif current is not None:
                 current.append(line)
     return blocks
-
-
-def with_load_source(text: str, config: Mapping[str, Any], source: str) -> str:
-    """The card with its "How to load" section rendered for ``source`` (other sections untouched)."""
-    from cl_zoo.card import how_to_load
-
-    section = [f"## {USAGE_SECTION}", "", how_to_load(config, source).rstrip(), ""]
-    parts = _sections(text)
-    if not any(title == USAGE_SECTION for title, _ in parts):
-        # No usage section (a hand-written card): add one after the title block.
-        parts.insert(min(2, len(parts)), (USAGE_SECTION, []))
-    lines: list[str] = []
-    for title, body in parts:
-        lines += section if title == USAGE_SECTION else body
-    return "\n".join(lines).rstrip() + "\n"
 
 
 def _path_pattern(paths: set[str]) -> re.Pattern[str]:
