@@ -7,10 +7,12 @@
     torch.hub.load(..., "create_model", "dcl_resnet18_cifar.cifar10", pretrained=True)
     torch.hub.load(..., "load_pretrained", "hf-hub:owner/name@<commit>")
 
-Architectures keep their registry names. Pretrained names (``<method>_<arch>.<tag>``) contain a
-dot, which is not allowed in a Python identifier, so their entry point replaces ``.`` by ``__``
-(``dcl_resnet18_cifar.cifar10`` -> ``dcl_resnet18_cifar__cifar10``); ``create_model(name, ...)``
-takes the exact registry name. Pretrained entries default to ``pretrained=True``, architectures to
+Every registry name is an entry point as written, ``torch.hub.load(..., "dcl_resnet18.imagenette64_cpu")``
+included: torch.hub looks entries up with ``dir()``/``getattr`` on this module, which accept any
+string. Pretrained names (``<method>_<arch>.<tag>``) contain a dot, which a Python identifier cannot,
+so each also has an identifier alias with ``.`` replaced by ``__`` (``dcl_resnet18_cifar__cifar10``)
+for ``from hubconf import ...`` and ``torch.hub.list``; ``create_model(name, ...)`` takes the exact
+registry name. Pretrained entries default to ``pretrained=True``, architectures to
 ``pretrained=False`` (an architecture has no weights of its own).
 """
 
@@ -53,5 +55,5 @@ def _entry(name: str) -> Callable[..., nn.Module]:
 
 
 for _name in list_models():
-    globals()[entry_name(_name)] = _entry(_name)
+    globals()[entry_name(_name)] = globals()[_name] = _entry(_name)
 del _name

@@ -1,12 +1,17 @@
 """Model cards: the README.md of a checkpoint folder (Hub YAML front matter + sections).
 
 The front matter carries ``library_name: cl-zoo`` and a ``model-index`` so the Hub shows the
-metrics in its evaluation widget; the sections say how to load the model three ways, how it was
-trained and evaluated, and which paper to cite.
+metrics in its evaluation widget; the sections say how to load *this* checkpoint (the Python and
+command-line calls name its own folder, Hub id or registered name, and the Python block runs as
+written: ``cl-zoo publish`` executes it before uploading), what it was trained on, how it was
+evaluated, and which paper to cite.
 """
 
 from __future__ import annotations
 
+import os
+import shlex
+from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
@@ -99,17 +104,111 @@ def front_matter(config: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def render_card(config: Mapping[str, Any], sections: Mapping[str, str] | None = None) -> str:
-    """Render README.md for a checkpoint; ``sections`` add or replace named sections."""
+def registered_name_of(config: Mapping[str, Any]) -> str | None:
+    """The registered pretrained name whose pinned weights are exactly this folder's, else None.
+
+    A fine-tuned copy saved from a registered model keeps its ``model_name``; only the sha256 pins
+    tell whether ``create_model(name, pretrained=True)`` would give back *these* weights.
+    """
+    from cl_zoo.registry import _PRETRAINED, _ensure_loaded
+
+    name = config.get("model_name")
+    files = config.get("files") or {}
+    _ensure_loaded()
+    entry = _PRETRAINED.get(str(name))
+    if entry is None or not files or dict(entry.cfg.sha256) != dict(files):
+        return None
+    return entry.name
+
+
+def load_source(config: Mapping[str, Any], folder: str | os.PathLike[str] | None = None) -> str:
+    """What ``load_pretrained`` / ``--model`` should be given to load the checkpoint ``config`` describes:
+    its registered name when the registry pins these very weights, else its folder (absolute, so the
+    call works from any directory), else its recorded Hub id."""
+    if name := registered_name_of(config):
+        return name
+    if folder is not None:
+        return str(Path(folder).expanduser().resolve())
+    hub_id = (config.get("pretrained_cfg") or {}).get("hf_hub_id")
+    if hub_id:
+        return f"hf-hub:{hub_id}"
+    return str(config.get("model_name") or config.get("architecture"))
+
+
+def how_to_load(config: Mapping[str, Any], source: str) -> str:
+    """The "How to load" section for ``source``; its Python block runs as written (publish checks)."""
+    cfg = config.get("pretrained_cfg", {})
+    size = list(cfg.get("input_size", [3, 224, 224]))
+    if registered_name_of(config) == source:
+        load = f"model = cl_zoo.create_model({source!r}, pretrained=True)  # same as cl_zoo.load_pretrained({source!r})"
+    else:
+        load = f"model = cl_zoo.load_pretrained({source!r})"
+    if registered_name_of(config) == source:  # hubconf has every registered name as an entry point
+        hub_call = f"torch.hub.load('path/to/cl-zoo', {source!r}, source='local')"
+    else:
+        hub_call = f"torch.hub.load('path/to/cl-zoo', 'load_pretrained', {source!r}, source='local')"
+    python = (
+        "```python\nimport torch\nimport cl_zoo\n\n"
+        f"{load}\n"
+        f"images = torch.rand(2, {size[0]}, {size[1]}, {size[2]})  # stand-in for a batch preprocessed as below\n"
+        "with torch.no_grad():\n"
+        f"    features = model(images)  # [2, {config.get('num_features')}] pooled features\n```"
+    )
+    return (
+        f"{python}\n\n"
+        "```bash\n"
+        f"cl-zoo embed images/ --model {shlex.quote(source)} --out out/embeddings.npy\n```\n\n"
+        f"From a cl-zoo checkout with torch.hub: `{hub_call}`.\n\n"
+        f"Preprocessing: resize the shorter side to {int(round(size[-1] / cfg.get('crop_pct', 1.0)))} "
+        f"({cfg.get('interpolation', 'bilinear')}), centre-crop {size[-2]}x{size[-1]}, normalise with mean "
+        f"{list(cfg.get('mean', []))} and std {list(cfg.get('std', []))}."
+    )
+
+
+def training_data_text(config: Mapping[str, Any]) -> tuple[str, str]:
+    """(the "on ..." phrase of the description, a sentence on the data) from config's ``training_data``."""
+    cfg = config.get("pretrained_cfg", {})
+    data = config.get("training_data") or {}
+    if not data.get("images"):
+        return (f" on {cfg['dataset']}" if cfg.get("dataset") else ""), ""
+    source, split, named = str(data.get("source")), data.get("split"), data.get("dataset")
+    if source.lower() == str(named).lower():  # a named dataset: "50,000 images of cifar10 train"
+        what = f"{named}{' ' + split if split else ''}"
+    else:
+        notes = [f"{split} split" if split else "", f"its recipe names it {named}" if named else ""]
+        what = f"`{source}`" + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else "")
+    phrase = f" on {data['images']:,} images of {what}"
+    held = int(data["images"]) - int(data.get("trained_images") or data["images"])
+    sentence = (
+        f"Training data fingerprint: `{data.get('fingerprint')}` (sha256 over the images' relative paths and sizes)"
+        + (f"; {held:,} of the images were held out for the kNN monitor" if held > 0 else "")
+        + ("" if data.get("labeled", True) else "; the images had no labels")
+        + "."
+    )
+    return phrase, sentence
+
+
+def render_card(
+    config: Mapping[str, Any],
+    sections: Mapping[str, str] | None = None,
+    *,
+    folder: str | os.PathLike[str] | None = None,
+    source: str | None = None,
+) -> str:
+    """Render README.md for a checkpoint; ``sections`` add or replace named sections.
+
+    ``folder`` is where the checkpoint is written and ``source`` overrides what its load calls name
+    (``hf-hub:owner/name`` when publishing); see :func:`load_source`.
+    """
     sections = dict(sections or {})
     cfg = config.get("pretrained_cfg", {})
     name = config.get("model_name") or config.get("architecture")
     method = (config.get("method") or cfg.get("method") or "").lower()
     paper, bibtex = PAPERS.get(method, ("", ""))
-    hub_id = cfg.get("hf_hub_id")
-    source = f"hf-hub:{hub_id}" if hub_id else name
+    source = source or load_source(config, folder)
     metrics = config.get("metrics") or {}
     recipe = config.get("recipe") or {}
+    data_phrase, data_sentence = training_data_text(config)
 
     body: dict[str, str] = {}
     body["Description"] = (
@@ -117,29 +216,13 @@ def render_card(config: Mapping[str, Any], sections: Mapping[str, str] | None = 
         f"{config.get('num_features')}-d pooled features)"
         + (f" pretrained with **{method.upper()}**" if method else "")
         + (f" ({paper})" if paper else "")
-        + (f" on {cfg.get('dataset')}" if cfg.get("dataset") else "")
-        + (f" for {cfg.get('epochs')} epochs" if cfg.get("epochs") else "")
+        + (f" for {cfg['epochs']} epoch{'s' if cfg['epochs'] != 1 else ''}" if cfg.get("epochs") else "")
+        + data_phrase
         + ". It is a feature extractor: the projection head and momentum encoder used in pretraining are not included."
+        + (f"\n\n{data_sentence}" if data_sentence else "")
         + (f"\n\n{cfg['notes']}" if cfg.get("notes") else "")
     )
-    body["How to load"] = (
-        "```python\nimport cl_zoo\n"
-        f"model = cl_zoo.create_model({name!r}, pretrained=True)  # or cl_zoo.load_pretrained({source!r})\n"
-        "features = model.forward_features(images)  # [B, %s]\n```\n\n"
-        "```python\nimport torch\n"
-        f"model = torch.hub.load('<path-or-github-of-cl-zoo>', {name.split('.')[0]!r}, pretrained=False)\n```\n\n"
-        "```bash\n"
-        f"cl-zoo embed images/ --model {source} --out embeddings.npy\n```\n\n"
-        "Preprocessing: resize the shorter side to %d (%s), centre-crop %dx%d, normalise with mean %s and std %s."
-    ) % (
-        config.get("num_features"),
-        int(round(cfg.get("input_size", [3, 224, 224])[-1] / cfg.get("crop_pct", 1.0))),
-        cfg.get("interpolation", "bilinear"),
-        cfg.get("input_size", [3, 224, 224])[-2],
-        cfg.get("input_size", [3, 224, 224])[-1],
-        list(cfg.get("mean", [])),
-        list(cfg.get("std", [])),
-    )
+    body["How to load"] = how_to_load(config, source)
     if recipe:
         body["Training recipe"] = "```yaml\n" + yaml.safe_dump(dict(recipe), sort_keys=True).rstrip() + "\n```"
     else:

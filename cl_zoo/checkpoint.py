@@ -185,7 +185,7 @@ def save_pretrained(
         if card:
             from cl_zoo.card import render_card
 
-            (staging / CARD_NAME).write_text(render_card(config, sections=card_sections))
+            (staging / CARD_NAME).write_text(render_card(config, sections=card_sections, folder=folder))
             written.append(CARD_NAME)
         # Remove weights of an earlier save that the new one does not overwrite (shard counts differ).
         for old in list(folder.glob("model*.safetensors")) + [folder / INDEX_NAME]:

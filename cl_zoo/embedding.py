@@ -679,7 +679,7 @@ def save_embeddings(
     if out.suffix.lower() not in OUTPUT_SUFFIXES:
         raise ClZooError(f"output {out} must end in .npy or .parquet")
     array = features.astype(np.float16 if half else np.float32)
-    meta = {**metadata, "dims": str(array.shape[1]), "count": str(len(paths)), "dtype": str(array.dtype)}
+    meta: dict[str, object] = {**metadata, "dims": int(array.shape[1]), "count": len(paths), "dtype": str(array.dtype)}
     if out.suffix.lower() == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -687,7 +687,7 @@ def save_embeddings(
         values = pa.array(array.reshape(-1), type=pa.float16() if half else pa.float32())
         column = pa.FixedSizeListArray.from_arrays(values, array.shape[1]) if len(paths) else pa.array([], pa.list_(pa.float32(), array.shape[1]))
         table = pa.table({"path": pa.array(list(paths), pa.string()), "embedding": column})
-        table = table.replace_schema_metadata({f"cl_zoo.{k}": v for k, v in meta.items()})
+        table = table.replace_schema_metadata({f"cl_zoo.{k}": str(v) for k, v in meta.items()})  # bytes only
         _atomic_write(out, lambda tmp: pq.write_table(table, tmp))
         return [out]
     written = []
@@ -714,7 +714,7 @@ def save_embeddings(
     return written
 
 
-def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str], dict[str, str]]:
+def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str], dict[str, object]]:
     """Read what :func:`save_embeddings` wrote: float32 features, paths, metadata."""
     path = Path(path)
     if not path.is_file():
@@ -728,7 +728,8 @@ def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]
             raise DataError(f"{path} is not a readable parquet file ({exc})") from None
         if "embedding" not in table.column_names or "path" not in table.column_names:
             raise DataError(f"{path} has no 'path' and 'embedding' columns; was it written by cl-zoo embed?")
-        meta = {k.decode()[len("cl_zoo."):]: v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"cl_zoo.")}
+        meta: dict[str, object] = {k.decode()[len("cl_zoo."):]: v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"cl_zoo.")}
+        meta.update({k: int(str(meta[k])) for k in ("dims", "count") if k in meta})  # numbers, as in .meta.json
         column = table.column("embedding").combine_chunks()
         dims = int(meta.get("dims", 0)) or (len(column[0]) if len(column) else 0)
         features = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(column), dims)

@@ -2,7 +2,11 @@
 
 A folder is checked before anything leaves the machine (its config parses, its weights load into
 the architecture it names and match the checksums recorded at save time, its model card has
-front matter), because a broken upload is public and cached by every user who pulls it.
+front matter, and the card's usage snippet, pointed at the target repo, runs against the folder:
+see :mod:`cl_zoo.card_usage`), because a broken upload is public and cached by every user who
+pulls it. A card written by ``save_pretrained`` names the folder's local path in its load calls;
+the uploaded card names ``hf-hub:<repo id>`` there instead, and the local folder's card is left as
+it was (the upload is staged from hard links, never by editing the user's files).
 
 Uploads go through ``HfApi.create_repo`` and ``HfApi.upload_folder``; the token comes from the
 argument, ``HF_TOKEN`` or the saved Hub login (``huggingface_hub.get_token``). It is never
@@ -12,6 +16,8 @@ printed or put in an error message.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +85,50 @@ def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
     )
 
 
+def card_for_repo(folder: str | os.PathLike[str], repo_id: str) -> str:
+    """The folder's card with its load calls naming ``hf-hub:<repo_id>``, after checking that its
+    usage snippet runs against the folder (CheckpointError, one line, when it does not)."""
+    from cl_zoo.card import registered_name_of
+    from cl_zoo.card_usage import check_usage, retarget, usage_blocks
+    from cl_zoo.checkpoint import read_config
+
+    folder = Path(folder)
+    card = folder / CARD_NAME
+    text = retarget(card.read_text(encoding="utf-8"), folder, f"hf-hub:{repo_id}")
+    # The snippet must load what is uploaded: the repo itself, or the registered name pinning these weights.
+    names = [f"hf-hub:{repo_id}"] + [n for n in [registered_name_of(read_config(folder))] if n]
+    blocks = usage_blocks(text)  # none: check_usage says so
+    if blocks and not any(name in block for block in blocks for name in names):
+        raise CheckpointError(
+            f"{card}: the usage snippet under '## How to load' does not load {' or '.join(names)}; "
+            "write the call that loads this checkpoint there"
+        )
+    check_usage(text, folder, repo_id=repo_id)
+    return text
+
+
+def _staged(folder: Path, card: str) -> Path:
+    """A folder to upload: hard links to ``folder``'s files (copies across filesystems) plus ``card``."""
+    try:
+        staging = Path(tempfile.mkdtemp(prefix=".publish-", dir=folder))
+    except OSError:  # a read-only checkpoint folder
+        staging = Path(tempfile.mkdtemp(prefix="cl-zoo-publish-"))
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
+        rel = Path(dirpath).relative_to(folder)
+        for name in filenames:
+            if name.startswith(".") or name.endswith(".tmp") or (rel == Path(".") and name == CARD_NAME):
+                continue
+            target = staging / rel / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(Path(dirpath) / name, target)
+            except OSError:
+                shutil.copy2(Path(dirpath) / name, target)
+    (staging / CARD_NAME).write_text(card, encoding="utf-8")
+    return staging
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
@@ -113,15 +163,17 @@ def publish_folder(
     token = token or get_token()
     if not token:
         raise HubError("no Hub token: set HF_TOKEN or run `hf auth login`")
+    card = card_for_repo(report.folder, repo_id)
     api = HfApi(endpoint=settings["endpoint"], token=token)
     message = commit_message or f"Upload {report.model_name or report.architecture} with cl-zoo"
+    staging = _staged(report.folder, card)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         if revision and revision != "main":
             api.create_branch(repo_id, branch=revision, exist_ok=True, repo_type="model")
         info = api.upload_folder(
             repo_id=repo_id,
-            folder_path=str(report.folder),
+            folder_path=str(staging),
             repo_type="model",
             revision=revision,
             create_pr=create_pr,
@@ -139,4 +191,6 @@ def publish_folder(
             raise
         endpoint = settings["endpoint"] or api.endpoint
         raise HubError(f"could not publish to {repo_id}: {endpoint} cannot be reached ({type(exc).__name__})") from exc
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
     return PublishResult(repo_id=repo_id, commit=info.oid, commit_url=info.commit_url, pr_url=info.pr_url)

@@ -142,9 +142,34 @@ def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
     return sorted(n for n in set(names) if fnmatch.fnmatch(n, pattern))
 
 
-def _not_found(name: str) -> ModelNotFoundError:
-    candidates = list(_PRETRAINED) + list(_ARCHS)
-    close = difflib.get_close_matches(name, candidates, n=3, cutoff=0.5)
+def _pretrained_of(arch: str) -> list[str]:
+    return sorted(n for n, e in _PRETRAINED.items() if e.arch == arch)
+
+
+def _suggestions(name: str, candidates: list[str]) -> list[str]:
+    """Close names, the pretrained entries of a stem first: ``dcl_resnet18`` -> ``dcl_resnet18.<tag>``.
+
+    difflib alone ranks short architecture names (``resnet18``) above the full pretrained name
+    whose prefix the user typed, because the ``.<tag>`` suffix lowers the similarity ratio.
+    """
+    key = name.lower()
+    exact_stem = [c for c in candidates if c.lower().split(".", 1)[0] == key or c.lower().startswith(key + ".")]
+    prefixed = [c for c in candidates if c.lower().startswith(key) and c not in exact_stem and c != name]
+    close = difflib.get_close_matches(name, [c for c in candidates if c != name], n=3, cutoff=0.5)
+    ordered = list(dict.fromkeys(sorted(exact_stem) + sorted(prefixed) + close))
+    return ordered[:3]
+
+
+def _not_found(name: str, pretrained_only: bool = False) -> ModelNotFoundError:
+    if pretrained_only and name in _ARCHS:
+        tags = _pretrained_of(name)
+        weights = f"its pretrained weights: {', '.join(tags)}" if tags else "no pretrained weights are registered for it"
+        return ModelNotFoundError(
+            f"{name!r} is an architecture, not a checkpoint: cl_zoo.create_model({name!r}) builds it with random "
+            f"weights; {weights} (or load a checkpoint folder or hf-hub:owner/name)"
+        )
+    close = _suggestions(name, list(_PRETRAINED)) if pretrained_only else []
+    close = close or _suggestions(name, list(_PRETRAINED) + list(_ARCHS))
     hint = f"; did you mean {', '.join(close)}?" if close else "; run `cl-zoo models` for the list"
     return ModelNotFoundError(f"unknown model {name!r}{hint}")
 
@@ -159,7 +184,7 @@ def get_arch(name: str) -> ModelEntry:
 def get_pretrained(name: str) -> PretrainedEntry:
     _ensure_loaded()
     if name not in _PRETRAINED:
-        raise _not_found(name)
+        raise _not_found(name, pretrained_only=True)
     return _PRETRAINED[name]
 
 
@@ -200,7 +225,7 @@ def create_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Modul
         return model
     if name in _ARCHS:
         if pretrained:
-            tags = [n for n in _PRETRAINED if _PRETRAINED[n].arch == name]
+            tags = _pretrained_of(name)
             hint = f" (pretrained: {', '.join(sorted(tags))})" if tags else ""
             raise ModelNotFoundError(
                 f"{name!r} is an architecture; pick pretrained weights by their full name{hint}"

@@ -12,7 +12,7 @@
 # and updates MODEL_DIR's config and card with the float32 reports. Exits 1 (files kept) when a
 # top-1 metric of the float16 copy moves by more than 0.1 point.
 # Environment: KNN_K (default 20,200), KNN_T (default 0.1), PYTHON, EVAL_WORKERS (default: CPUs, at most 8),
-#   EVAL_ARGS (extra options for every knn/linear-eval call, e.g. "--root .data --test-split val"
+#   EVAL_ARGS (extra options for every knn/linear-eval call, e.g. "--data-root .data --test-split val"
 #   when TRAIN/TEST are named datasets).
 set -euo pipefail
 

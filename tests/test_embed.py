@@ -234,7 +234,7 @@ def test_cli_npy_outputs_and_failures(mixed: Path, model_dir: Path, tmp_path: Pa
     assert (out.parent / "emb.paths.txt").read_text().splitlines() == paths
     csv_rows = (out.parent / "emb.csv").read_text().splitlines()
     assert csv_rows[0] == "index,path" and csv_rows[1] == f"0,{paths[0]}"
-    assert meta["model"] == str(model_dir) and meta["dims"] == "128" and meta["revision"].startswith("sha256:")
+    assert meta["model"] == str(model_dir) and meta["dims"] == 128 and meta["revision"].startswith("sha256:")
     failures = (out.parent / "emb.failures.csv").read_text().splitlines()
     assert failures[0] == "path,reason" and len(failures) == 1 + len(BROKEN)
     assert not (out.parent / "emb.parts").exists()
@@ -251,7 +251,8 @@ def test_cli_parquet_and_half(photos: Path, model_dir: Path, tmp_path: Path) -> 
     meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
     assert meta["cl_zoo.model"] == str(model_dir) and meta["cl_zoo.dims"] == "128"
     assert meta["cl_zoo.model_name"] == "resnet18" and meta["cl_zoo.cl_zoo_version"] == cl_zoo.__version__
-    features, paths, _ = load_embeddings(tmp_path / "e.parquet")
+    features, paths, meta = load_embeddings(tmp_path / "e.parquet")
+    assert meta["count"] == len(paths) and meta["dims"] == features.shape[1]  # numbers, as in .meta.json
     assert run_cli("embed", photos, "-m", model_dir, "-o", tmp_path / "e.npy", "-j", "0", "-q", "--half") == 0
     half = np.load(tmp_path / "e.npy")
     assert half.dtype == np.float16 and paths == load_embeddings(tmp_path / "e.npy")[1]
@@ -319,4 +320,4 @@ def test_torchrun_two_ranks_match_one_process(photos: Path, model_dir: Path, tmp
     b, pb, _ = load_embeddings(sharded)
     assert pa == pb
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-    assert json.loads((tmp_path / "sharded.meta.json").read_text())["count"] == "5"
+    assert json.loads((tmp_path / "sharded.meta.json").read_text())["count"] == 5

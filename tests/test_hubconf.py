@@ -55,9 +55,10 @@ def test_torch_hub_load_architecture() -> None:
 def test_torch_hub_load_pretrained(pretrained_entry: torch.nn.Module, tmp_path: Path) -> None:
     expected = pretrained_entry.state_dict()
     by_entry = torch.hub.load(str(REPO_ROOT), NAME.replace(".", "__"), source="local")
+    by_dotted_name = torch.hub.load(str(REPO_ROOT), NAME, source="local")  # the registry name as written
     generic = torch.hub.load(str(REPO_ROOT), "create_model", NAME, source="local", pretrained=True)
     random = torch.hub.load(str(REPO_ROOT), NAME.replace(".", "__"), source="local", pretrained=False)
-    for model in (by_entry, generic):
+    for model in (by_entry, by_dotted_name, generic):
         assert model.model_name == NAME
         assert all(torch.equal(model.state_dict()[k], v) for k, v in expected.items())
     assert not torch.equal(random.conv1.weight, expected["conv1.weight"])

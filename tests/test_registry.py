@@ -50,6 +50,24 @@ def test_unknown_name_suggests_close_names() -> None:
         cl_zoo.create_model("qqqqqqqqqqqqqq")
 
 
+def test_a_stem_suggests_its_pretrained_names_first() -> None:
+    # The typed prefix of a pretrained name must lead to it, not to the bare architectures that
+    # difflib ranks higher because the ".<tag>" suffix lowers the similarity ratio.
+    for call in (cl_zoo.create_model, cl_zoo.load_pretrained):
+        with pytest.raises(ModelNotFoundError, match=r"did you mean dcl_resnet18\.imagenette64_cpu"):
+            call("dcl_resnet18")
+
+
+def test_loading_an_architecture_says_what_it_is() -> None:
+    with pytest.raises(ModelNotFoundError) as info:
+        cl_zoo.load_pretrained("resnet18_cifar")
+    message = str(info.value)
+    assert "did you mean resnet18_cifar" not in message
+    assert "is an architecture" in message and "create_model('resnet18_cifar')" in message
+    with pytest.raises(ModelNotFoundError, match="dcl_resnet18.imagenette64_cpu"):
+        cl_zoo.load_pretrained("resnet18")  # names the pretrained weights of that architecture
+
+
 def test_architecture_with_pretrained_true_is_refused() -> None:
     with pytest.raises(ModelNotFoundError, match="architecture"):
         cl_zoo.create_model("resnet50", pretrained=True)

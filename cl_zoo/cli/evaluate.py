@@ -146,7 +146,8 @@ def _common(fn: Callable) -> Callable:
         click.option("--random-init", is_flag=True, help="Seeded random weights with --model's architecture and preprocessing (a registry name or a checkpoint folder): the baseline."),
         click.option("--train", "train", required=True, help="ImageFolder dir, archive of one, or cifar10/cifar100/stl10/imagenette."),
         click.option("--test", "test", required=True, help="Same forms as --train."),
-        click.option("--root", default=None, help="Where named datasets live (default $CL_ZOO_DATA or ./data)."),
+        # --root: the name this option had before every command called it --data-root.
+        click.option("--data-root", "--root", "root", default=None, help="Where named datasets live (default $CL_ZOO_DATA or ./data)."),
         click.option("--train-split", default=None, help="Split folder for --train (default: train, or the folder itself)."),
         click.option("--test-split", default=None, help="Split folder for --test (default: test, then val, or the folder itself)."),
         click.option("--per-class", type=int, default=None, help="Use only the first N images of each class (sorted order) of both splits."),

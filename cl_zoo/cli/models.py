@@ -119,11 +119,11 @@ def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
 def info_command(name: str, as_json: bool) -> None:
     """Show one registered model: architecture, size, preprocessing, provenance and sources."""
     from cl_zoo.models.releases import RELEASES
-    from cl_zoo.registry import _ARCHS, _PRETRAINED, _ensure_loaded, get_pretrained
+    from cl_zoo.registry import _ARCHS, _PRETRAINED, _ensure_loaded, get_arch, get_pretrained
 
     _ensure_loaded()
     if name not in _PRETRAINED and name not in _ARCHS:
-        get_pretrained(name)  # raises "unknown model ...; did you mean ..."
+        get_arch(name)  # raises "unknown model ...; did you mean ..." over every registered name
     row = next(r for r in model_rows(name) if r["name"] == name)
     cfg = _PRETRAINED[name].cfg if name in _PRETRAINED else _ARCHS[name].default_cfg
     info = {**row, "pretrained_cfg": cfg.to_dict()}

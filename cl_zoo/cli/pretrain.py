@@ -38,10 +38,12 @@ def _parse_set(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--recipe", "recipe_path", help="Recipe YAML: a path, or a bundled recipe's name (dcl_cifar10).")
 @click.option("--method", help="Method name (dcl, dclw, simclr, mocov2, ...); overrides the recipe.")
 @click.option("--arch", help="Backbone architecture (see `cl-zoo models`); overrides the recipe.")
-@click.option("--data", help="Training images: an ImageFolder directory, an archive of one, or a named dataset. "
-              "With train/val splits inside, 'train' is used.")
+@click.option("--data", help="Training images: a folder of images (flat, nested or one sub-folder per class), an archive "
+              "of one, or a named dataset (cifar10, imagenette, ...). With train/val splits inside, 'train' is used. "
+              "Labels are not needed; class folders only feed the optional kNN monitor.")
 @click.option("--val", help="Held-out labelled images for the kNN monitor (uses its val/test split if present). "
               "Without it, 5% of the training images are held out.")
+@click.option("--data-root", default=None, help="Where named datasets live (default $CL_ZOO_DATA or ./data).")
 @click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, logs, exported model).")
 @click.option("--epochs", type=int, help="Training epochs.")
 @click.option("--batch-size", type=int, help="Global batch size (all processes together).")
@@ -59,7 +61,7 @@ def _parse_set(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--stream/--in-memory", default=None, help="Force the streaming DataLoader path or the decoded in-memory path "
               "(default: in memory when the decoded dataset fits in half the device memory).")
 @click.option("--no-progress", is_flag=True, help="No progress bars (logs still print one line per epoch).")
-def pretrain_command(recipe_path, method, arch, data, val, out, epochs, batch_size, lr, image_size, precision,
+def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epochs, batch_size, lr, image_size, precision,
                      knn_every, seed, workers, compile_, sync_bn, sets, resume, device, stream, no_progress) -> int:  # noqa: ANN001
     """Pretrain a backbone with a contrastive method and export it in the zoo's format."""
     from cl_zoo.train.loop import Trainer
@@ -82,8 +84,8 @@ def pretrain_command(recipe_path, method, arch, data, val, out, epochs, batch_si
     else:
         raise ClZooError("give --recipe or --method (or --resume an existing run folder)")
     if data is None and not resume:
-        raise ClZooError("give --data: an ImageFolder directory or an archive of one")
-    trainer = Trainer(recipe, data, run_dir, val=val, resume=resume, device=device, stream=stream,
+        raise ClZooError("give --data: a folder of images, an archive of one, or a named dataset")
+    trainer = Trainer(recipe, data, run_dir, val=val, data_root=data_root, resume=resume, device=device, stream=stream,
                       progress=not no_progress)
     result = trainer.fit()
     if result.model_dir is not None:

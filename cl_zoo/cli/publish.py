@@ -29,13 +29,15 @@ def publish_command(
     The token comes from HF_TOKEN or `hf auth login`; HF_ENDPOINT selects another Hub. The
     printed hf-hub:owner/name@<commit> id pins exactly what was uploaded.
     """
-    from cl_zoo.publish import publish_folder, validate_folder
+    from cl_zoo.publish import card_for_repo, publish_folder, validate_folder
 
     if dry_run:
         report = validate_folder(folder)
+        card_for_repo(report.folder, repo_id)
         click.echo(
             f"ok: {report.folder} ({report.model_name or report.architecture}, {report.architecture}, "
-            f"{report.num_params / 1e6:.2f}M params, {len(report.weight_files)} weight file(s)); nothing uploaded"
+            f"{report.num_params / 1e6:.2f}M params, {len(report.weight_files)} weight file(s); its card's usage "
+            f"snippet runs, loading hf-hub:{repo_id} from this folder); nothing uploaded"
         )
         return
     result = publish_folder(

@@ -42,6 +42,11 @@ class ImageFolderData:
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def labeled(self) -> bool:
+        """False for a plain folder of images (no class folders): every label is -1."""
+        return bool(self.classes)
+
 
 def _hidden(name: str) -> bool:
     # Archive tools leave ".DS_Store", "._x.jpg" and "__MACOSX/"; our own cache marker starts with ".".
@@ -74,7 +79,7 @@ def resolve_split_dir(path: Path, split: str | None, label: str | None = None) -
         raise DataError(f"no '{split}' split folder in {label} (found: {found}); expected <data>/{split}/<class>/<image>")
     if _is_split_layout(path):
         raise DataError(
-            f"{label} holds split folders ({', '.join(_subdirs(path))}); choose one with split=... (--split)"
+            f"{label} holds split folders ({', '.join(_subdirs(path))}); choose one with --train-split or --test-split (split=... in Python)"
         )
     return path
 
@@ -96,6 +101,24 @@ def file_list_hash(relative_paths: list[str], labels: np.ndarray) -> str:
     for rel, label in zip(relative_paths, labels.tolist()):
         digest.update(f"{rel.replace(os.sep, '/')}\t{label}\n".encode())
     return digest.hexdigest()
+
+
+def content_fingerprint(data: ImageFolderData) -> str:
+    """``sha256:`` over sorted ``relative_path<TAB>size`` lines of the images.
+
+    Says which data a checkpoint was trained on without shipping it: a subset, a re-encoded copy
+    or another folder of the same name gets another fingerprint. (``file_list_hash`` keys caches
+    on paths and labels only, so it must not change when a file is re-saved.)
+    """
+    root = Path(data.root) if data.root else None
+    lines = []
+    for path in data.paths:
+        rel = os.path.relpath(path, root) if root is not None else path
+        lines.append(f"{rel.replace(os.sep, '/')}\t{os.stat(path).st_size}\n")
+    digest = hashlib.sha256()
+    for line in sorted(lines):
+        digest.update(line.encode())
+    return f"sha256:{digest.hexdigest()}"
 
 
 def scan_image_folder(directory: str | os.PathLike, *, source: str | None = None, split: str | None = None) -> ImageFolderData:
@@ -135,10 +158,49 @@ def scan_image_folder(directory: str | os.PathLike, *, source: str | None = None
     )
 
 
-def open_image_folder(spec: str | os.PathLike, root: str | os.PathLike | None = None, split: str | None = None) -> ImageFolderData:
+def scan_unlabeled_folder(directory: str | os.PathLike, *, source: str | None = None, split: str | None = None) -> ImageFolderData:
+    """Every image under ``directory`` at any depth, without labels (no classes, every label -1).
+
+    Self-supervised training needs no labels, and a flat or nested folder of photos is its common
+    input; only the optional kNN monitor needs class folders.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise DataError(f"image folder not found: {root}")
+    if not any(not _hidden(e) for e in os.listdir(root)):
+        raise DataError(f"empty folder: {root}")
+    rel_paths = _list_images(root)
+    if not rel_paths:
+        raise DataError(f"no images in {root} (extensions: {', '.join(sorted(IMAGE_EXTENSIONS))})")
+    labels = np.full(len(rel_paths), -1, dtype=np.int64)
+    return ImageFolderData(
+        paths=[str(root / rel) for rel in rel_paths],
+        labels=labels,
+        classes=[],
+        source=source if source is not None else str(root),
+        file_list_hash=file_list_hash(rel_paths, labels),
+        root=str(root),
+        split=split,
+    )
+
+
+def _is_class_layout(folder: Path) -> bool:
+    """Sub-folders and no loose images beside them (an ImageFolder scan would drop those silently)."""
+    entries = [e for e in os.scandir(folder) if not _hidden(e.name)]
+    return any(e.is_dir() for e in entries) and not any(e.is_file() and is_image_path(e.name) for e in entries)
+
+
+def open_image_folder(
+    spec: str | os.PathLike,
+    root: str | os.PathLike | None = None,
+    split: str | None = None,
+    require_labels: bool = True,
+) -> ImageFolderData:
     """Open a folder, an archive of one, or a named dataset (``cifar10``, ``imagenette``, ...).
 
     ``root`` is only used for named datasets (where to look; see :mod:`cl_zoo.data.named`).
+    ``require_labels=False`` (pretraining) also accepts a flat or nested folder of images that is
+    not an ImageFolder: it comes back unlabeled (:func:`scan_unlabeled_folder`).
     """
     from cl_zoo.data.archive import extract_archive, is_archive
     from cl_zoo.data.named import NAMED_DATASETS, open_named_dataset
@@ -154,4 +216,12 @@ def open_image_folder(spec: str | os.PathLike, root: str | os.PathLike | None = 
         if not is_archive(path):
             raise DataError(f"not an image folder or archive: {path} (expected a directory or .tar/.tar.gz/.tgz/.zip)")
         path = extract_archive(path)
-    return scan_image_folder(resolve_split_dir(path, split, label=text), source=text, split=split)
+    folder = resolve_split_dir(path, split, label=text)
+    if require_labels:
+        return scan_image_folder(folder, source=text, split=split)
+    if _is_class_layout(folder):
+        try:
+            return scan_image_folder(folder, source=text, split=split)
+        except DataError:
+            pass  # e.g. a sub-folder without images: a nested photo collection, not classes
+    return scan_unlabeled_folder(folder, source=text, split=split)

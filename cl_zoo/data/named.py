@@ -95,5 +95,5 @@ def open_named_dataset(name: str, root: str | os.PathLike | None = None, split: 
     raise DataError(
         f"{ds.name} ({split}) not found under {base} (looked at {looked}{extra}); expected "
         f"<root>/{ds.folders[0]}/{split}/<class>/<image> or an archive <root>/{ds.folders[1]}.tar.gz of that layout "
-        f"(cl-zoo does not download; pass --data-root)"
+        f"(cl-zoo does not download; pass --data-root or set CL_ZOO_DATA)"
     )

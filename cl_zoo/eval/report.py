@@ -267,7 +267,7 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
     config["evaluations"] = previous + [evaluation]
     card_path = folder / CARD_NAME
     kept = extra_sections(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
-    card = render_card(config, sections=kept)
+    card = render_card(config, sections=kept, folder=folder)
     write_text_atomic(json.dumps(config, indent=2) + "\n", folder / CONFIG_NAME)
     write_text_atomic(card, folder / CARD_NAME)
     return metrics

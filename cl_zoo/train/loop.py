@@ -74,30 +74,34 @@ def _fault_step(name: str) -> int | None:
     return int(value) if value not in (None, "") else None
 
 
-def open_train_data(spec: str | os.PathLike[str], split: str | None = None):
-    """An ImageFolder for training: ``split`` if given, else ``train`` when the data has splits."""
+def open_train_data(spec: str | os.PathLike[str], split: str | None = None, root: str | os.PathLike[str] | None = None):
+    """Training images: ``split`` if given, else ``train`` when the data has splits.
+
+    Labels are optional (self-supervised): a flat or nested folder of images opens unlabeled.
+    ``root`` is where named datasets live (``--data-root``).
+    """
     from cl_zoo.data.folder import open_image_folder
 
     if split is not None:
-        return open_image_folder(spec, split=split)
+        return open_image_folder(spec, root=root, split=split, require_labels=False)
     try:
-        return open_image_folder(spec, split="train")
+        return open_image_folder(spec, root=root, split="train", require_labels=False)
     except DataError:
-        return open_image_folder(spec)
+        return open_image_folder(spec, root=root, require_labels=False)
 
 
-def open_val_data(spec: str | os.PathLike[str], split: str | None = None):
+def open_val_data(spec: str | os.PathLike[str], split: str | None = None, root: str | os.PathLike[str] | None = None):
     """Held-out data for the kNN monitor: ``split``, else ``val``/``test`` when present, else the folder."""
     from cl_zoo.data.folder import open_image_folder
 
     if split is not None:
-        return open_image_folder(spec, split=split)
+        return open_image_folder(spec, root=root, split=split)
     for candidate in ("val", "test"):
         try:
-            return open_image_folder(spec, split=candidate)
+            return open_image_folder(spec, root=root, split=candidate)
         except DataError:
             continue
-    return open_image_folder(spec)
+    return open_image_folder(spec, root=root)
 
 
 def _memory_budget(device: torch.device) -> int:
@@ -122,6 +126,7 @@ class Trainer:
         run_dir: str | os.PathLike[str],
         *,
         val: str | os.PathLike[str] | None = None,
+        data_root: str | os.PathLike[str] | None = None,
         data_split: str | None = None,
         val_split: str | None = None,
         resume: bool = False,
@@ -135,13 +140,13 @@ class Trainer:
         self.export = export
         self.env = launch.init_distributed(device)
         try:
-            self._setup(recipe, data, val, data_split, val_split, resume, stream)
+            self._setup(recipe, data, val, data_root, data_split, val_split, resume, stream)
         except BaseException:
             launch.shutdown(self.env)
             raise
 
     # ------------------------------------------------------------------ setup (all checks)
-    def _setup(self, recipe, data, val, data_split, val_split, resume, stream) -> None:  # noqa: ANN001
+    def _setup(self, recipe, data, val, data_root, data_split, val_split, resume, stream) -> None:  # noqa: ANN001
         env = self.env
         self.state: dict[str, Any] | None = None
         ckpt_path = self.run_dir / CHECKPOINT_NAME
@@ -158,9 +163,12 @@ class Trainer:
         if data is None:
             data, data_split = (self.state or {}).get("data"), (self.state or {}).get("data_split")
             if data is None:
-                raise ClZooError("no training data: give --data (an ImageFolder directory or archive)")
+                raise ClZooError("no training data: give --data (a folder of images, an archive of one, or a named dataset)")
         if val is None and self.state is not None and self.state.get("val"):
             val, val_split = self.state["val"], self.state.get("val_split")
+        if data_root is None and self.state is not None:
+            data_root = self.state.get("data_root")
+        self.data_root = str(data_root) if data_root is not None else None
         self.data_spec, self.data_split = str(data), data_split
         self.val_spec, self.val_split = (str(val) if val is not None else None), val_split
         self.recipe = recipe
@@ -186,12 +194,19 @@ class Trainer:
             raise ClZooError("sync_bn with several processes needs CUDA (torch's SyncBatchNorm has no CPU kernel)")
 
         # Data (missing, empty, unreadable: DataError before training).
-        self.train_data = open_train_data(data, data_split)
+        self.train_data = open_train_data(data, data_split, data_root)
         n = len(self.train_data)
         self.train_index = np.arange(n)
-        self.val_data = open_val_data(val, val_split) if val is not None else None
+        # The kNN monitor scores training images' labels: without two class folders it has nothing
+        # to score, so it is skipped (training itself never needs labels).
+        monitor_possible = self.train_data.num_classes >= 2
+        if r.knn_every > 0 and not monitor_possible and env.is_main:
+            what = "no class folders" if not self.train_data.labeled else "a single class folder"
+            print(f"kNN monitor off: {self.train_data.source} has {what}, so there are no labels to score "
+                  f"it against{' (--val is not used)' if val is not None else ''}; training does not need labels", flush=True)
+        self.val_data = open_val_data(val, val_split, data_root) if val is not None and monitor_possible else None
         self.holdout_index: np.ndarray | None = None
-        if self.val_data is None and r.knn_every > 0 and n >= 40:
+        if self.val_data is None and r.knn_every > 0 and n >= 40 and monitor_possible:
             self.train_index, self.holdout_index = holdout_split(n, HOLDOUT_FRACTION, r.seed)
         if len(self.train_index) < r.batch_size:
             raise DataError(
@@ -203,6 +218,23 @@ class Trainer:
         if self.state is not None:
             self._check_resume_data(self.state)
         self.steps_per_epoch = len(self.train_index) // r.batch_size
+        self.training_data = self._training_data_record() if env.is_main else {}
+
+    def _training_data_record(self) -> dict[str, Any]:
+        """What the backbone was trained on, for its config and card: a 2,000-image subset must not
+        be carded as the dataset its recipe names."""
+        from cl_zoo.data.folder import content_fingerprint
+
+        spec = Path(self.data_spec).expanduser()
+        return {
+            "source": str(spec.resolve()) if spec.exists() else self.data_spec,  # a path, or a named dataset
+            "split": self.train_data.split,
+            "dataset": self.recipe.data.dataset,  # what the recipe says the data is
+            "images": len(self.train_data),
+            "trained_images": len(self.train_index),  # minus the monitor's held-out share
+            "labeled": self.train_data.labeled,
+            "fingerprint": content_fingerprint(self.train_data),
+        }
 
     def _recipe_for_resume(self, requested: Recipe | None, state: dict[str, Any], path: Path) -> Recipe:
         saved = Recipe.from_dict(state["recipe"], source=f"checkpoint {path}")
@@ -368,9 +400,11 @@ class Trainer:
             "data_hash": self.train_data.file_list_hash,
             "data": self.data_spec,
             "data_split": self.data_split,
+            "data_root": self.data_root,
             "val": self.val_spec,
             "val_split": self.val_split,
             "world_size": self.env.world_size,
+            "training_data": self.training_data,
             "history": history,
         }
         save_state(self.run_dir / CHECKPOINT_NAME, state)
@@ -523,7 +557,8 @@ class Trainer:
             sections["Training"] = "\n".join(lines)
         was = backbone.training
         backbone.eval()
-        save_pretrained(backbone, model_dir, recipe=r.to_dict(), metrics=metrics, card_sections=sections)
+        save_pretrained(backbone, model_dir, recipe=r.to_dict(), metrics=metrics, card_sections=sections,
+                        extra_config={"training_data": self.training_data})
         backbone.train(was)
         if curve is not None:
             atomic_write_bytes(model_dir / "curves.png", curve.read_bytes())
@@ -583,4 +618,6 @@ def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | No
         knn = dict(row.get("knn") or {}) or knn
     backbone.eval()
     target = Path(out) if out is not None else run_dir / "model"
-    return save_pretrained(backbone, target, recipe=recipe.to_dict(), metrics=monitor_metrics(knn), dtype=dtype)
+    extra = {"training_data": state["training_data"]} if state.get("training_data") else None
+    return save_pretrained(backbone, target, recipe=recipe.to_dict(), metrics=monitor_metrics(knn), dtype=dtype,
+                           extra_config=extra)
