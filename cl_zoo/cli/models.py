@@ -119,7 +119,7 @@ def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
 def info_command(name: str, as_json: bool) -> None:
     """Show one registered model: architecture, size, preprocessing, provenance and sources."""
     from cl_zoo.models.releases import RELEASES
-    from cl_zoo.registry import _ARCHS, _PRETRAINED, _ensure_loaded, get_arch, get_pretrained
+    from cl_zoo.registry import _ARCHS, _PRETRAINED, _ensure_loaded, get_arch
 
     _ensure_loaded()
     if name not in _PRETRAINED and name not in _ARCHS:
