@@ -39,12 +39,37 @@ def _imagenette_like(folder: Path) -> Path:
     return folder
 
 
+TIER = ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr")
+
+
+def test_the_eight_recipes_share_one_protocol() -> None:
+    """Same data, crop size, batch, epochs, optimizer and schedule for all eight; standard ResNet-18
+    (CMC: the L/ab pair at ResNet-18's size); the augmentation family is MoCo v2's crop + colour
+    (CMC: the same crop, no colour ops, as its views are colour channels)."""
+    from cl_zoo.data.augment import preset
+    from cl_zoo.train.recipe import Recipe
+
+    recipes = {m: Recipe.load(ROOT / "recipes" / f"{m}_imagenette64_cpu_tier.yaml") for m in TIER}
+    shared = {m: (r.data.image_size, r.data.dataset, r.optim, r.schedule, r.epochs, r.batch_size, r.seed,
+                  r.knn_every, r.model_args) for m, r in recipes.items()}
+    assert len({repr(v) for v in shared.values()}) == 1, shared
+    assert {m: r.arch for m, r in recipes.items()} == {m: "cmc_resnet18_lab" if m == "cmc" else "resnet18" for m in TIER}
+    assert all(r.data.augment == "mocov2" for m, r in recipes.items() if m != "cmc")
+    assert preset("cmc").scale == preset("mocov2").scale and recipes["cmc"].data.augment == "cmc"
+    simo = recipes["simo"].method_args
+    assert simo["num_negatives"] < recipes["simo"].batch_size  # SiMo samples K of the other batch keys
+    assert recipes["simo"].schedule.warmup_epochs < recipes["simo"].epochs
+    # Fidelity options stay at the papers' forms in the tier.
+    assert simo["negative_sampling"] == "per_query" and simo["margin"] is True
+    assert recipes["cacr"].method_args["repulsion"] == "same_view"
+
+
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=900)
 
 
 def test_every_tier_method_has_a_recipe_and_bad_input_is_one_line(tmp_path: Path) -> None:
-    for method in ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr"):
+    for method in TIER:
         assert (ROOT / "recipes" / f"{method}_imagenette64_cpu_tier.yaml").is_file(), method
     env = {**os.environ, "PYTHON": sys.executable, "DATA_DIR": str(tmp_path)}
     proc = _run(env, "byol")
