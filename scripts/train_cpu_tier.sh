@@ -8,6 +8,9 @@
 #   setsid bash scripts/train_cpu_tier.sh simo > tier-simo.out 2>&1 < /dev/null &
 # Run it again after an interruption: pretraining continues from the run's last checkpoint
 # (--resume), a finished run is only exported and evaluated again.
+# Expected pretraining time, 30 epochs on a dedicated 2-core CPU in float32 (DCL at ~175 views/s,
+# issue 12; step costs from benchmarks/cpu_tier_step_cost.py): simo and cmc ~40 min, dcl, dclw and
+# simclr ~55 min, mocov2 and jcl ~80 min, cacr ~2.5 h; bfloat16 autocast (PRECISION=bf16) ~0.55x.
 #
 # Steps: `cl-zoo pretrain` on Imagenette train (64 px, the recipe's protocol) in its own process
 # group (setsid) with its log in $DEST/logs/pretrain.log; then scripts/evaluate_and_bundle.sh with
