@@ -60,8 +60,9 @@ EXTRA=()
 [ -n "${EPOCHS:-}" ] && EXTRA+=(--epochs "$EPOCHS")
 if [ -n "${PRECISION:-}" ]; then
     EXTRA+=(--precision "$PRECISION")
-elif "${CLZOO[@]}" pretrain --help 2>/dev/null | grep -q "auto|"; then
-    EXTRA+=(--precision auto)
+else
+    HELP=$("${CLZOO[@]}" pretrain --help 2>/dev/null || true)
+    case "$HELP" in *"auto|"*) EXTRA+=(--precision auto) ;; esac
 fi
 EXTRA+=("$@")
 RESUME=()
