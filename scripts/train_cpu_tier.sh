@@ -25,7 +25,7 @@
 # Environment:
 #   DATA_DIR   folder with imagenette128-train.tar.gz and imagenette128-val.tar.gz
 #              (default: ../shared/datasets next to the repository)
-#   RUN_ROOT   run folders (default ./runs/cpu_tier); OUT bundles (default ./cpu-tier-out)
+#   RUN_ROOT   run folders (default ./runs/cpu_tier); OUT bundles (default ./runs/cpu_tier_bundles)
 #   EPOCHS     override the recipe's epochs (tests, or to fit a deadline)
 #   PRECISION  passed as --precision when set; otherwise --precision auto when this cl-zoo offers it
 #              (bf16 autocast where it was measured faster, else fp32), else the recipe's fp32
@@ -49,7 +49,7 @@ for f in "$TRAIN" "$VAL"; do
 done
 RUN_ROOT=${RUN_ROOT:-$ROOT/runs/cpu_tier}
 RUN=$RUN_ROOT/$METHOD
-OUT=${OUT:-$ROOT/cpu-tier-out}
+OUT=${OUT:-$ROOT/runs/cpu_tier_bundles}
 DEST=$OUT/${METHOD}_resnet18.imagenette64_cpu
 PY=${PYTHON:-python}
 if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ]; then PY=.venv/bin/python; fi
