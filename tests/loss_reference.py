@@ -176,3 +176,50 @@ def cacr_ref(
         z_neg = sum(e_neg)
         total = total - sum(e_neg[r] / z_neg * c_neg[r] for r in range(len(c_neg))) / m
     return total
+
+
+# --- the authors' released forms (fidelity options), written from their code's loops -------------
+
+def cacr_released_ref(views: list[Tensor], t_pos: float, t_neg: float) -> Tensor:
+    """CACR-SSL small_scale_experiments/losses: ``our_loss1`` (attraction, every view the query in
+    turn, averaged over views) + ``our_loss2`` (for view pairs x < y only, query z_x[i] against the
+    other view's z_y[j], j != i; averaged over the pairs). alpha = beta = 1 (their defaults)."""
+
+    def cost(a: Tensor, b: Tensor) -> Tensor:
+        return dot(a - b, a - b)
+
+    num_views, m = len(views), views[0].shape[0]
+    attraction = 0.0
+    for x in range(num_views):
+        per_view = 0.0
+        for i in range(m):
+            c = [cost(views[x][i], views[y][i]) for y in range(num_views) if y != x]
+            e = [torch.exp(t_pos * ci) for ci in c]
+            per_view = per_view + sum(e[r] / sum(e) * c[r] for r in range(len(c))) / m
+        attraction = attraction + per_view / num_views
+    repulsion, pairs = 0.0, 0
+    for x in range(num_views):
+        for y in range(x + 1, num_views):
+            per_pair = 0.0
+            for i in range(m):
+                c = [cost(views[x][i], views[y][j]) for j in range(m) if j != i]
+                e = [torch.exp(-t_neg * ci) for ci in c]
+                per_pair = per_pair - sum(e[r] / sum(e) * c[r] for r in range(len(c))) / m
+            repulsion = repulsion + per_pair
+            pairs += 1
+    return attraction + repulsion / pairs
+
+
+def simo_released_ref(q: Tensor, k: Tensor, slots: list[int], tau: float, alpha: float | None) -> Tensor:
+    """V2AI/SelfSup simo.py NT_Xent: one list of ``slots`` (positions among each query's n-1 other
+    keys, in key order with the positive removed) shared by every query; ``alpha=None`` is the code as
+    shipped (the alpha/K factor commented out), a number applies it."""
+    n = q.shape[0]
+    losses = []
+    for i in range(n):
+        pos = dot(q[i], k[i]) / tau
+        others = [j for j in range(n) if j != i]
+        negs = [dot(q[i], k[others[s]]) / tau for s in slots]
+        scale = 1.0 if alpha is None else alpha / len(slots)
+        losses.append(torch.log(torch.exp(pos) + scale * sum(torch.exp(v) for v in negs)) - pos)
+    return sum(losses) / n

@@ -101,3 +101,50 @@ def test_bad_inputs_and_autocast() -> None:
         out = cacr_multiview_loss([v.bfloat16() for v in views])
     assert out.dtype == torch.float32
     assert out.item() == pytest.approx(ref.item(), rel=2e-2, abs=1e-2)
+
+
+# --- repulsion="cross_view": the authors' released small-scale loss ------------------------------
+
+@pytest.mark.parametrize(("m", "num_views", "t_neg"), [(3, 2, 0.9), (4, 3, 2.0), (3, 5, 0.9)])
+def test_cross_view_option_matches_the_released_loops(m: int, num_views: int, t_neg: float) -> None:
+    from loss_reference import cacr_released_ref
+
+    views = [raw(m, 3, seed=20 + s) for s in range(num_views)]
+    check(
+        lambda *v: cacr_multiview_loss(list(v), t_pos=1.0, t_neg=t_neg, repulsion="cross_view"),
+        lambda *v: cacr_released_ref([unit(x) for x in v], 1.0, t_neg),
+        *views,
+    )
+    assert CACRLoss(1.0, t_neg, repulsion="cross_view")(views).item() == pytest.approx(
+        cacr_multiview_loss(views, t_pos=1.0, t_neg=t_neg, repulsion="cross_view").item(), rel=1e-12
+    )
+
+
+def test_cross_view_differs_from_the_paper_only_in_the_repulsion() -> None:
+    """Same attraction; with two views the released form never repels view 1's queries."""
+    views = [raw(5, 4, seed=30), raw(5, 4, seed=31)]
+    paper = cacr_multiview_loss(views, t_neg=0.9)
+    released = cacr_multiview_loss(views, t_neg=0.9, repulsion="cross_view")
+    assert not torch.allclose(paper, released)
+    z0, z1 = unit(views[0]), unit(views[1])
+    attraction = (z0 - z1).pow(2).sum(1).mean()  # K=1: both views attract with the plain distance
+    cost = torch.cdist(z0, z1).pow(2)
+    off = ~torch.eye(5, dtype=torch.bool)
+    c = cost[off].view(5, 4)
+    repulsion = -(torch.softmax(-0.9 * c, 1) * c).sum(1).mean()
+    torch.testing.assert_close(released, attraction + repulsion)
+    # view 1's embeddings get gradient only through attraction and as view 0's negatives
+    (g1,) = torch.autograd.grad(released, views[1])
+    assert torch.isfinite(g1).all() and g1.abs().sum() > 0
+
+
+def test_cross_view_refuses_the_moco_form() -> None:
+    views = [torch.randn(4, 3) for _ in range(2)]
+    with pytest.raises(ValueError, match="in-batch"):
+        cacr_multiview_loss(views, keys=views, repulsion="cross_view")
+    with pytest.raises(ValueError, match="repulsion must be"):
+        cacr_multiview_loss(views, repulsion="other_view")
+    from cl_zoo.methods import build_method
+
+    with pytest.raises(Exception, match="form='in_batch'"):
+        build_method("cacr", "resnet18_cifar", model_args={"width": 0.0625}, form="moco", repulsion="cross_view", queue_size=8)

@@ -129,3 +129,48 @@ def test_autocast_bfloat16() -> None:
         out = simo_loss(q.bfloat16(), key.bfloat16(), 0.2, 256.0)
     assert out.dtype == torch.float32
     assert out.item() == pytest.approx(ref.item(), rel=2e-2)
+
+
+# --- the authors' released SiMo code: shared negative slots, margin commented out ----------------
+
+@pytest.mark.parametrize(("n", "num", "margin"), [(5, 2, False), (6, 3, True), (4, 3, False)])
+def test_simo_released_options_match_the_released_loops(n: int, num: int, margin: bool) -> None:
+    from loss_reference import simo_released_ref
+
+    q, key = raw(n, 4, seed=40), raw(n, 4, seed=41)
+    slots = torch.randperm(n - 1, generator=torch.Generator().manual_seed(5))[:num].tolist()  # their draw
+    check(
+        lambda a, b: simo_loss(
+            a, b, 0.2, 256.0, num, torch.Generator().manual_seed(5), negative_sampling="shared", margin=margin
+        ),
+        lambda a, b: simo_released_ref(unit(a), unit(b), slots, 0.2, 256.0 if margin else None),
+        q,
+        key,
+    )
+
+
+def test_shared_sampling_uses_one_slot_list_for_every_query() -> None:
+    from cl_zoo.losses.eqco import _shared_other_indices
+
+    n, num = 7, 3
+    idx = _shared_other_indices(n, num, torch.Generator().manual_seed(1), torch.device("cpu"))
+    slots = torch.randperm(n - 1, generator=torch.Generator().manual_seed(1))[:num]
+    for i in range(n):
+        others = [j for j in range(n) if j != i]
+        assert idx[i].tolist() == [others[s] for s in slots.tolist()]
+        assert i not in idx[i].tolist()
+
+
+def test_no_margin_is_plain_infonce_over_the_sampled_negatives() -> None:
+    q, key = raw(6, 4, seed=42), raw(6, 4, seed=43)
+    g = lambda: torch.Generator().manual_seed(9)  # noqa: E731
+    no_margin = simo_loss(q, key, 0.2, 256.0, 2, g(), margin=False)
+    alpha_is_k = simo_loss(q, key, 0.2, 2.0, 2, g())
+    torch.testing.assert_close(no_margin, alpha_is_k, rtol=0, atol=1e-14)
+    assert simo_loss(q, key, 0.2, 256.0, 2, g()) > no_margin  # the paper's margin really applies
+    with pytest.raises(ValueError, match="negative_sampling must be"):
+        simo_loss(q, key, negative_sampling="batch")
+    module = SiMoLoss(0.2, 256.0, num_negatives=2, negative_sampling="shared", margin=False)
+    assert module(q, key, g()).item() == pytest.approx(
+        simo_loss(q, key, 0.2, 256.0, 2, g(), negative_sampling="shared", margin=False).item(), rel=1e-12
+    )

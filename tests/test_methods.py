@@ -27,6 +27,7 @@ CASES = {
     "mocov2_eqco_sym": ("resnet18_cifar", dict(queue_size=20, eqco_alpha=4096.0, symmetric=True)),
     "simo": ("resnet18_cifar", dict(num_negatives=3, alpha=256.0)),
     "simo_sym": ("resnet18_cifar", dict(symmetric=True)),
+    "simo_released": ("resnet18_cifar", dict(num_negatives=3, negative_sampling="shared", margin=False)),
     "jcl": ("resnet18_cifar", dict(queue_size=20, num_keys=3, lambda_ramp=True, epochs=4, lam=2.0)),
     "cmc": ("cmc_resnet18_cifar_lab", dict(head_hidden_dim=None)),
     "cmc_multiview": ("resnet18_cifar", dict(num_views=3, graph="full")),
@@ -34,6 +35,7 @@ CASES = {
     "cmc_bank_softmax": ("cmc_resnet18_cifar_lab", dict(negatives="memory_bank", objective="softmax", bank_size=32, num_negatives=10)),
     "cacr": ("resnet18_cifar", dict(num_positives=2, t_neg=0.9)),
     "cacr_moco": ("resnet18_cifar", dict(num_positives=1, form="moco", queue_size=20)),
+    "cacr_released": ("resnet18_cifar", dict(num_positives=2, t_neg=0.9, repulsion="cross_view")),
 }
 
 

@@ -38,6 +38,7 @@ def test_every_backbone_output_shape(name: str) -> None:
         ("resnet50", 23.51, 2048),  # torchvision ResNet-50 is 25.56M; without fc (2048*1000+1000) 23.51M
         ("resnet18_cifar", 11.17, 512),
         ("cmc_resnet50x05_lab", 11.80, 2048),  # "about 12M for both" views
+        ("cmc_resnet18_lab", 11.32, 728),  # width 0.71: the pair matches one ResNet-18 (11.18M) within 1.3%
         ("cmc_resnet50x1_lab", 47.01, 4096),
         ("cmc_resnet50x2_lab", 187.70, 8192),
     ],

@@ -15,7 +15,7 @@ from cl_zoo.errors import CheckpointError, HubError, ModelNotFoundError
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
 ARCHS = {"resnet18", "resnet34", "resnet50", "resnet18_cifar", "resnet50_cifar", "cmc_resnet50x05_lab",
-         "cmc_resnet50x1_lab", "cmc_resnet50x2_lab", "cmc_resnet18_cifar_lab", "cmc_alexnet_cifar_lab",
+         "cmc_resnet50x1_lab", "cmc_resnet50x2_lab", "cmc_resnet18_lab", "cmc_resnet18_cifar_lab", "cmc_alexnet_cifar_lab",
          "alexnet_cifar", "pixels"}
 
 

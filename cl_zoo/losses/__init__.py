@@ -1,6 +1,6 @@
 """Contrastive losses, one module per method; each cites the paper and equation it implements."""
 
-from cl_zoo.losses.cacr import CACRLoss, cacr_loss, cacr_multiview_loss
+from cl_zoo.losses.cacr import CACRLoss, cacr_cross_view_loss, cacr_loss, cacr_multiview_loss
 from cl_zoo.losses.cmc import CMCLoss, MemoryBank, bank_nce_loss, bank_softmax_loss, cmc_bank_loss, cmc_loss
 from cl_zoo.losses.dcl import DCLLoss, DCLWLoss, dcl, dclw, dclw_weights
 from cl_zoo.losses.eqco import EqCoLoss, SiMoLoss, eqco_loss, eqco_margin, simo_loss
@@ -20,6 +20,7 @@ __all__ = [
     "SiMoLoss",
     "bank_nce_loss",
     "bank_softmax_loss",
+    "cacr_cross_view_loss",
     "cacr_loss",
     "cacr_multiview_loss",
     "cmc_bank_loss",

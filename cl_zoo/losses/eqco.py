@@ -17,6 +17,19 @@ and the negatives are the current batch's momentum keys; the negatives of ``q_i`
 ``j != i`` (K = N-1), or a random subset of K of them. The authors' loss is one-directional
 (queries from view 1, keys from view 2); ``symmetric=True`` averages both directions.
 
+Two departures of the authors' released SiMo code (V2AI/SelfSup,
+``examples/simo/simo.res50.scratch.imagenet.224size.256bs.200e/simo.py``) from the paper are
+offered as options, the paper's form staying the default:
+
+* ``negative_sampling="shared"``: the code draws one ``torch.randperm(batch_size - 1)[:K]`` per
+  step and indexes every query's row of off-diagonal similarities with it, so all queries use the
+  same K *slots* among their N-1 other keys (slot s is key s for queries after it, key s+1 for
+  queries up to it). The paper (Sec. 3.2) samples "K negative keys for each query independently"
+  (``"per_query"``, the default) and notes in Remark 2 that sharing does not change results much.
+* ``margin=False``: the code ships with the alpha/K factor commented out ("uncomment this when
+  negatives != bs"), i.e. plain InfoNCE over the K sampled negatives. The paper's EqCo loss
+  (``margin=True``, the default) applies ``m = tau log(alpha/K)``.
+
 Normalisation follows :mod:`cl_zoo.losses.infonce`: ``q`` and ``k`` are L2-normalised inside when
 ``normalize=True``; explicit ``negatives`` are used as given unless ``normalize_negatives=True``.
 """
@@ -89,6 +102,26 @@ def _sample_other_indices(n: int, num: int, generator: torch.Generator | None, d
     return slots + (slots >= rows).long()  # skip the diagonal
 
 
+def _shared_other_indices(n: int, num: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+    """The released code's sampling: ``num`` slots drawn once among the n-1 "other" positions and
+    used by every row (row i's slot s is column s, or s+1 from the diagonal on)."""
+    rand_device = generator.device if generator is not None else device
+    slots = torch.randperm(n - 1, generator=generator, device=rand_device)[:num].to(device)
+    rows = torch.arange(n, device=device).unsqueeze(1)
+    slots = slots.unsqueeze(0).expand(n, num)
+    return slots + (slots >= rows).long()
+
+
+NEGATIVE_SAMPLING = ("per_query", "shared")
+
+
+def _check_negative_sampling(negative_sampling: str) -> None:
+    if negative_sampling not in NEGATIVE_SAMPLING:
+        raise ValueError(
+            f"negative_sampling must be 'per_query' (paper) or 'shared' (authors' released code), got {negative_sampling!r}"
+        )
+
+
 def _simo_one_direction(
     q: Tensor,
     k: Tensor,
@@ -96,6 +129,8 @@ def _simo_one_direction(
     alpha: float,
     num_negatives: int | None,
     generator: torch.Generator | None,
+    negative_sampling: str = "per_query",
+    margin: bool = True,
 ) -> Tensor:
     n = q.shape[0]
     sim = q @ k.T
@@ -103,9 +138,12 @@ def _simo_one_direction(
     if num_negatives is None or num_negatives == n - 1:
         off_diagonal = ~torch.eye(n, dtype=torch.bool, device=q.device)
         neg = sim[off_diagonal].view(n, n - 1)
+    elif negative_sampling == "shared":
+        neg = sim.gather(1, _shared_other_indices(n, num_negatives, generator, q.device))
     else:
         neg = sim.gather(1, _sample_other_indices(n, num_negatives, generator, q.device))
-    return _margin_cross_entropy(pos, neg, temperature, alpha)
+    # margin=False: alpha = K makes the margin 0, i.e. plain InfoNCE over the K negatives.
+    return _margin_cross_entropy(pos, neg, temperature, alpha if margin else float(neg.shape[1]))
 
 
 def simo_loss(
@@ -117,14 +155,19 @@ def simo_loss(
     generator: torch.Generator | None = None,
     symmetric: bool = False,
     *,
+    negative_sampling: str = "per_query",
+    margin: bool = True,
     normalize: bool = True,
     reduction: str = "mean",
 ) -> Tensor:
     """SiMo's in-batch EqCo loss: positive ``k[i]``, negatives K = ``num_negatives`` of the other
-    keys (all N-1 when None), sampled per query with ``generator``. ``symmetric=True`` averages the
-    loss with queries and keys swapped (``reduction="none"`` then gives 2N values, q-side first)."""
+    keys (all N-1 when None), sampled per query with ``generator`` (``negative_sampling="shared"``:
+    one draw of slots for the whole batch, as the released code does). ``margin=False`` drops the
+    EqCo margin (the released code's default). ``symmetric=True`` averages the loss with queries and
+    keys swapped (``reduction="none"`` then gives 2N values, q-side first)."""
     check_pair(q, k, "q, k")
     check_temperature(temperature)
+    _check_negative_sampling(negative_sampling)
     n = q.shape[0]
     if n < 2:
         raise ValueError("simo_loss needs a batch of at least 2 (the negatives are the other images' keys)")
@@ -136,9 +179,11 @@ def simo_loss(
     with full_precision(q):
         q = prepare(q, normalize)
         k = prepare(k, normalize)
-        per_query = _simo_one_direction(q, k, temperature, alpha, num_negatives, generator)
+        per_query = _simo_one_direction(
+            q, k, temperature, alpha, num_negatives, generator, negative_sampling, margin
+        )
         if symmetric:
-            other = _simo_one_direction(k, q, temperature, alpha, num_negatives, generator)
+            other = _simo_one_direction(k, q, temperature, alpha, num_negatives, generator, negative_sampling, margin)
             per_query = torch.cat([per_query, other])
     return reduce(per_query, reduction)
 
@@ -171,10 +216,13 @@ class SiMoLoss(nn.Module):
         num_negatives: int | None = None,
         symmetric: bool = False,
         normalize: bool = True,
+        negative_sampling: str = "per_query",
+        margin: bool = True,
     ) -> None:
         super().__init__()
         check_temperature(temperature)
         eqco_margin(temperature, alpha, 1)
+        _check_negative_sampling(negative_sampling)
         if num_negatives is not None and num_negatives < 1:
             raise ValueError(f"num_negatives must be >= 1, got {num_negatives}")
         self.temperature = temperature
@@ -182,6 +230,8 @@ class SiMoLoss(nn.Module):
         self.num_negatives = num_negatives
         self.symmetric = symmetric
         self.normalize = normalize
+        self.negative_sampling = negative_sampling
+        self.margin = margin
 
     def forward(self, q: Tensor, k: Tensor, generator: torch.Generator | None = None) -> Tensor:
         return simo_loss(
@@ -192,11 +242,14 @@ class SiMoLoss(nn.Module):
             self.num_negatives,
             generator,
             self.symmetric,
+            negative_sampling=self.negative_sampling,
+            margin=self.margin,
             normalize=self.normalize,
         )
 
     def extra_repr(self) -> str:
         return (
             f"temperature={self.temperature}, alpha={self.alpha}, num_negatives={self.num_negatives}, "
-            f"symmetric={self.symmetric}, normalize={self.normalize}"
+            f"symmetric={self.symmetric}, negative_sampling={self.negative_sampling!r}, margin={self.margin}, "
+            f"normalize={self.normalize}"
         )

@@ -12,6 +12,10 @@ embeddings its negatives (contrastive repulsion: near negatives weigh more, ``t_
   keys (attraction weights without gradient), negatives the queue (65536) plus the other queries;
   the last view's keys are enqueued, as in Algorithm 3.
 
+``repulsion="cross_view"`` (in-batch form only) is the authors' released small-scale loss, which
+repels a query from the other view's samples for view pairs x < y instead of from the other queries
+of its own view (see :mod:`cl_zoo.losses.cacr`); the default ``"same_view"`` is the paper's.
+
 Under DDP the queries (with gradient) and keys are gathered so that in-batch negatives span the
 global batch and every rank evaluates the same global loss.
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from cl_zoo.losses.cacr import cacr_multiview_loss
+from cl_zoo.losses.cacr import REPULSION_FORMS, cacr_multiview_loss
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.methods.queue import EmbeddingQueue
 from cl_zoo.train.dist import gather
@@ -42,18 +46,26 @@ class CACR(MomentumMethod):
         t_neg: float = 2.0,
         form: str = "in_batch",
         queue_size: int = 65536,
+        repulsion: str = "same_view",
         **base_kwargs: object,
     ) -> None:
         if num_positives < 1:
             raise ValueError(f"num_positives (K) must be >= 1, got {num_positives}")
         if form not in ("in_batch", "moco"):
             raise ValueError(f"form must be 'in_batch' or 'moco', got {form!r}")
+        if repulsion not in REPULSION_FORMS:
+            raise ValueError(
+                f"repulsion must be 'same_view' (paper) or 'cross_view' (authors' released small-scale code), got {repulsion!r}"
+            )
+        if repulsion == "cross_view" and form != "in_batch":
+            raise ValueError("repulsion='cross_view' is the released small-scale loss: it needs form='in_batch'")
         super().__init__(backbone, num_views=num_positives + 1, **base_kwargs)  # type: ignore[arg-type]
         if t_pos < 0 or t_neg < 0:
             raise ValueError(f"t_pos and t_neg must be >= 0, got {t_pos} and {t_neg}")
         self.num_positives = num_positives
         self.t_pos, self.t_neg = float(t_pos), float(t_neg)
         self.form = form
+        self.repulsion = repulsion
         self.queue: EmbeddingQueue | None = None
         if form == "moco":
             self.build_key_encoder()
@@ -65,7 +77,7 @@ class CACR(MomentumMethod):
         self.check_views(views)
         queries = [gather(self.query(v), grad=True) for v in views]
         if self.queue is None:
-            loss = cacr_multiview_loss(queries, None, None, self.t_pos, self.t_neg)
+            loss = cacr_multiview_loss(queries, None, None, self.t_pos, self.t_neg, repulsion=self.repulsion)
         else:
             negatives = self.queue.negatives()
             keys = [gather(self.key(v), grad=False) for v in views]
@@ -83,4 +95,4 @@ class CACR(MomentumMethod):
             super().after_optimizer_step(epoch_progress)
 
     def extra_repr(self) -> str:
-        return f"K={self.num_positives}, t_pos={self.t_pos}, t_neg={self.t_neg}, form={self.form!r}, " + super().extra_repr()
+        return f"K={self.num_positives}, t_pos={self.t_pos}, t_neg={self.t_neg}, form={self.form!r}, repulsion={self.repulsion!r}, " + super().extra_repr()

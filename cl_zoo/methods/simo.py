@@ -11,6 +11,11 @@ Under DDP the queries are gathered with gradient and the keys without, so the ne
 global batch (the authors' concat_all_gather) and every rank evaluates the loss over all queries.
 The authors' loss is one-directional (query view 0, key view 1); ``symmetric=True`` also uses view 1
 as query against view 0's keys and averages (the MoCo v3-style symmetrisation).
+
+Fidelity options for the authors' released code (see :mod:`cl_zoo.losses.eqco`):
+``negative_sampling="shared"`` (one negative subset for the whole batch instead of one per query)
+and ``margin=False`` (the released default: the alpha/K factor is commented out). Defaults follow
+the paper.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cl_zoo.losses.eqco import simo_loss
+from cl_zoo.losses.eqco import NEGATIVE_SAMPLING, simo_loss
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.train.dist import gather
 
@@ -40,6 +45,8 @@ class SiMo(MomentumMethod):
         alpha: float = 256.0,
         num_negatives: int | None = None,
         symmetric: bool = False,
+        negative_sampling: str = "per_query",
+        margin: bool = True,
         **base_kwargs: object,
     ) -> None:
         super().__init__(backbone, num_views=2, **base_kwargs)  # type: ignore[arg-type]
@@ -53,6 +60,12 @@ class SiMo(MomentumMethod):
         self.alpha = float(alpha)
         self.num_negatives = num_negatives
         self.symmetric = bool(symmetric)
+        if negative_sampling not in NEGATIVE_SAMPLING:
+            raise ValueError(
+                f"negative_sampling must be 'per_query' (paper) or 'shared' (authors' released code), got {negative_sampling!r}"
+            )
+        self.negative_sampling = negative_sampling
+        self.margin = bool(margin)
         self.build_key_encoder()
 
     def check_batch_size(self, global_batch: int) -> None:
@@ -72,7 +85,15 @@ class SiMo(MomentumMethod):
                 f"SiMo samples its K negatives from the other keys of the batch: K={self.num_negatives} "
                 f"needs a global batch of at least K+1={self.num_negatives + 1}, got {n}"
             )
-        return simo_loss(q_all, k_all, self.temperature, self.alpha, self.num_negatives)
+        return simo_loss(
+            q_all,
+            k_all,
+            self.temperature,
+            self.alpha,
+            self.num_negatives,
+            negative_sampling=self.negative_sampling,
+            margin=self.margin,
+        )
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
@@ -90,5 +111,6 @@ class SiMo(MomentumMethod):
     def extra_repr(self) -> str:
         return (
             f"temperature={self.temperature}, alpha={self.alpha}, num_negatives={self.num_negatives}, "
-            f"symmetric={self.symmetric}, " + super().extra_repr()
+            f"symmetric={self.symmetric}, negative_sampling={self.negative_sampling!r}, margin={self.margin}, "
+            + super().extra_repr()
         )

@@ -86,6 +86,13 @@ def cmc_resnet50x2_lab(width: float = 2.0) -> CMCDualEncoder:
     return _resnet_pair(50, width, "imagenet")
 
 
+@register_model(default_cfg=_IMAGENET_LAB)
+def cmc_resnet18_lab(width: float = 0.71) -> CMCDualEncoder:
+    """CMC L+ab with ImageNet-stem ResNet-18s; width 0.71 makes the pair 11.32M parameters, the
+    nearest to one ResNet-18 (11.18M without fc; 0.70 gives 10.96M), so CMC competes at equal size."""
+    return _resnet_pair(18, width, "imagenet")
+
+
 @register_model(default_cfg=_CIFAR_LAB)
 def cmc_resnet18_cifar_lab(width: float = 0.75) -> CMCDualEncoder:
     """CMC L+ab with CIFAR-stem ResNet-18s; width 0.75 keeps both near one ResNet-18 (~12.6M)."""

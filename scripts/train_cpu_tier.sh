@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Train, evaluate and bundle one method of the zoo's CPU tier (issue 16) in ONE call.
+#
+#   bash scripts/train_cpu_tier.sh METHOD [extra cl-zoo pretrain options...]
+#   METHOD: simclr mocov2 dcl dclw simo jcl cmc cacr  (recipes/METHOD_imagenette64_cpu_tier.yaml)
+#
+# An hour or more per method: start it detached so it survives the shell, e.g.
+#   setsid bash scripts/train_cpu_tier.sh simo > tier-simo.out 2>&1 < /dev/null &
+# Run it again after an interruption: pretraining continues from the run's last checkpoint
+# (--resume), a finished run is only exported and evaluated again.
+# Expected pretraining time, 30 epochs on a dedicated 2-core CPU in float32 (DCL at ~175 views/s,
+# issue 12; step costs from benchmarks/cpu_tier_step_cost.py): simo and cmc ~40 min, dcl, dclw and
+# simclr ~55 min, mocov2 and jcl ~80 min, cacr ~2.5 h; bfloat16 autocast (PRECISION=bf16) ~0.55x.
+#
+# Steps: `cl-zoo pretrain` on Imagenette train (64 px, the recipe's protocol) in its own process
+# group (setsid) with its log in $DEST/logs/pretrain.log; then scripts/evaluate_and_bundle.sh with
+# the named dataset `imagenette` found under $DATA_DIR (kNN k=20/200 T=0.1 and the fast linear probe
+# on Imagenette val, float32 then the float16 copy, which must stay within 0.1 point).
+# Writes:
+#   $RUN_ROOT/METHOD/               the run (checkpoint.pt, metrics.csv, curves.png, model/)
+#   $OUT/METHOD_resnet18.imagenette64_cpu/model/    the float16 bundle: weights, config, card
+#   $OUT/METHOD_resnet18.imagenette64_cpu/{logs,reports,run}/   logs, JSON reports, recipe/curve copies
+# (CMC's bundle is named cmc_resnet18.imagenette64_cpu too: its backbone is cmc_resnet18_lab, the L/ab
+# pair at ResNet-18's parameter count.)
+# Environment:
+#   DATA_DIR   folder with imagenette128-train.tar.gz and imagenette128-val.tar.gz
+#              (default: ../shared/datasets next to the repository)
+#   RUN_ROOT   run folders (default ./runs/cpu_tier); OUT bundles (default ./runs/cpu_tier_bundles)
+#   EPOCHS     override the recipe's epochs (tests, or to fit a deadline)
+#   PRECISION  passed as --precision when set; otherwise --precision auto when this cl-zoo offers it
+#              (bf16 autocast where it was measured faster, else fp32), else the recipe's fp32
+#   BUDGET_S   seconds allowed for pretraining (default: none); at the deadline the run's process
+#              group is stopped and the last completed epoch is exported; rerun later to continue
+#   POLL_S     seconds between progress lines (default 30); KNN_K, KNN_T, EVAL_WORKERS, PYTHON as
+#              scripts/evaluate_and_bundle.sh
+set -euo pipefail
+
+METHOD=${1:?usage: scripts/train_cpu_tier.sh METHOD [pretrain options]  (simclr mocov2 dcl dclw simo jcl cmc cacr)}
+shift
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+RECIPE=recipes/${METHOD}_imagenette64_cpu_tier.yaml
+[ -f "$RECIPE" ] || { echo "error: no CPU-tier recipe for '$METHOD' ($RECIPE); methods: simclr mocov2 dcl dclw simo jcl cmc cacr" >&2; exit 2; }
+DATA_DIR=$(cd "${DATA_DIR:-$ROOT/../shared/datasets}" 2>/dev/null && pwd) || { echo "error: DATA_DIR ${DATA_DIR:-$ROOT/../shared/datasets} not found" >&2; exit 2; }
+TRAIN=$DATA_DIR/imagenette128-train.tar.gz
+VAL=$DATA_DIR/imagenette128-val.tar.gz
+for f in "$TRAIN" "$VAL"; do
+    [ -f "$f" ] || { echo "error: $f not found (set DATA_DIR to the folder with the Imagenette archives)" >&2; exit 2; }
+done
+RUN_ROOT=${RUN_ROOT:-$ROOT/runs/cpu_tier}
+RUN=$RUN_ROOT/$METHOD
+OUT=${OUT:-$ROOT/runs/cpu_tier_bundles}
+DEST=$OUT/${METHOD}_resnet18.imagenette64_cpu
+PY=${PYTHON:-python}
+if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ]; then PY=.venv/bin/python; fi
+CLZOO=("$PY" -m cl_zoo.cli)
+mkdir -p "$DEST/logs" "$DEST/reports" "$DEST/run" "$RUN_ROOT"
+
+EXTRA=()
+[ -n "${EPOCHS:-}" ] && EXTRA+=(--epochs "$EPOCHS")
+if [ -n "${PRECISION:-}" ]; then
+    EXTRA+=(--precision "$PRECISION")
+else
+    HELP=$("${CLZOO[@]}" pretrain --help 2>/dev/null || true)
+    case "$HELP" in *"auto|"*) EXTRA+=(--precision auto) ;; esac
+fi
+EXTRA+=("$@")
+RESUME=()
+[ -f "$RUN/checkpoint.pt" ] && RESUME=(--resume)
+
+echo "== pretrain $METHOD ($RECIPE) -> $RUN ${RESUME[*]:-} ${EXTRA[*]:-}"
+echo "machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPUs"
+START=$(date +%s)
+# setsid: the run gets its own process group, so a deadline stops it (and only it) cleanly.
+setsid "${CLZOO[@]}" pretrain --recipe "$RECIPE" --data "$TRAIN" --val "$VAL" --out "$RUN" --no-progress \
+    ${RESUME[@]+"${RESUME[@]}"} ${EXTRA[@]+"${EXTRA[@]}"} >>"$DEST/logs/pretrain.log" 2>&1 &
+PID=$!
+STATUS=running
+while kill -0 "$PID" 2>/dev/null; do
+    sleep "${POLL_S:-30}" &
+    wait $! || true
+    NOW=$(date +%s)
+    echo "[$((NOW - START))s] $(grep -E '^epoch ' "$DEST/logs/pretrain.log" | tail -n 1 || true)"
+    if [ -n "${BUDGET_S:-}" ] && [ $((NOW - START)) -ge "$BUDGET_S" ]; then
+        echo "budget reached: stopping the run (process group $PID); rerun this script to continue"
+        kill -TERM -- "-$PID" 2>/dev/null || true
+        sleep 5
+        kill -KILL -- "-$PID" 2>/dev/null || true
+        STATUS=stopped
+        break
+    fi
+done
+if [ "$STATUS" = running ]; then
+    if wait "$PID"; then STATUS=done; else STATUS=failed; fi
+fi
+tail -n 5 "$DEST/logs/pretrain.log"
+echo "pretraining $STATUS after $(( $(date +%s) - START ))s"
+if [ "$STATUS" = failed ]; then
+    echo "error: pretraining failed (log: $DEST/logs/pretrain.log); rerun to resume from the last checkpoint" >&2
+    exit 1
+fi
+if [ "$STATUS" = stopped ]; then
+    [ -f "$RUN/checkpoint.pt" ] || { echo "error: no checkpoint to export" >&2; exit 1; }
+    "$PY" -c "import sys; from cl_zoo.train.loop import export_run; print('exported', export_run(sys.argv[1]))" "$RUN"
+fi
+cp "$RUN"/recipe.yaml "$RUN"/metrics.csv "$DEST/run/" 2>/dev/null || true
+cp "$RUN"/curves.png "$DEST/run/" 2>/dev/null || true
+
+# Imagenette as a named dataset under DATA_DIR, so the card's metrics read imagenette_knn_k200_top1 etc.
+EVAL_ARGS="--root $DATA_DIR --test-split val ${EVAL_ARGS:-}" PYTHON="$PY" \
+    bash "$ROOT/scripts/evaluate_and_bundle.sh" "$RUN/model" "$DEST" imagenette imagenette
+echo "bundle: $DEST/model"
