@@ -80,7 +80,7 @@ import torch.nn as nn
 
 from cl_zoo.checkpoint import MismatchMessages, load_state_into
 from cl_zoo.errors import CheckpointError, HubError
-from cl_zoo.fileio import atomic_path
+from cl_zoo.fileio import atomic_path, file_lock
 
 FORMATS = ("jcl", "cmc", "cacr", "moco")
 SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace,)
@@ -507,7 +507,6 @@ def download(url: str, dest: Path, timeout: float = 60.0) -> Path:
 
 def load_official(entry: Any) -> nn.Module:
     """The registry's last source: the authors' file, converted once and cached as a zoo folder."""
-    from cl_zoo.checkpoint import CONFIG_NAME, load_folder
     from cl_zoo.models.official import OFFICIAL_RELEASES
 
     cfg = entry.cfg
@@ -515,6 +514,16 @@ def load_official(entry: Any) -> nn.Module:
     if release is None or not cfg.url:
         raise HubError(f"{entry.name} has no author-released source")
     folder = cache_root() / entry.name
+    # One process downloads, verifies and converts; another asking at the same time waits, then
+    # finds the finished folder (the lock file sits next to the cache entry).
+    with file_lock(folder.with_name(f".{folder.name}.lock")):
+        return _fill_official_cache(entry, release, folder)
+
+
+def _fill_official_cache(entry: Any, release: Any, folder: Path) -> nn.Module:
+    from cl_zoo.checkpoint import CONFIG_NAME, load_folder
+
+    cfg = entry.cfg
     if (folder / CONFIG_NAME).is_file():
         model = load_folder(folder, model_name=entry.name)
         model.checkpoint_source = str(folder)
