@@ -38,7 +38,7 @@ from cl_zoo.checkpoint_checks import (
     validate_pretrained_cfg,
     weights_name,
 )
-from cl_zoo.errors import CheckpointError
+from cl_zoo.errors import CheckpointError, ModelNotFoundError
 from cl_zoo.fileio import current_umask
 from cl_zoo.registry import PretrainedCfg, build_arch, get_arch
 
@@ -367,7 +367,10 @@ def _expected_state(arch: str, cfg: PretrainedCfg, model_args: Mapping[str, Any]
     Comparing the file's headers with it first means a config asking for a gigantic model, or
     weights that do not fit the architecture, are refused before anything is allocated.
     """
-    entry = get_arch(arch)
+    try:
+        entry = get_arch(arch)
+    except ModelNotFoundError as exc:
+        raise CheckpointError(f"{where}: architecture: {exc}") from None
     validate_model_args(arch, entry.builder, model_args, where)
     try:
         with torch.device("meta"):
