@@ -479,7 +479,6 @@ class Trainer:
                     if logger is not None and (global_step % 10 == 0 or i == 0):
                         logger.log_step(global_step, {"loss": float(loss_value), "lr": lr, **{k: float(v) for k, v in logs.items() if k != "loss"}})
                     if r.checkpoint_every and global_step % r.checkpoint_every == 0 and i + 1 < self.steps_per_epoch:
-                        launch.barrier(env)
                         self._save(epoch, global_step, [dict(h) for h in history],
                                    partial={"step": i + 1, "seen": seen, "loss_sum": loss_sum.detach().cpu()})
                 if bar is not None:
