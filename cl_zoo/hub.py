@@ -217,9 +217,13 @@ def _load_file(path: Path, arch: str | None = None, **model_args: object) -> nn.
             "or pass arch=<architecture>"
         )
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        state = load_file(str(path))
+        try:
+            state = load_file(str(path))
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:200]})") from exc
     else:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -227,8 +231,10 @@ def _load_file(path: Path, arch: str | None = None, **model_args: object) -> nn.
             raise CheckpointError(f"{path} cannot be loaded safely (weights_only=True): {str(exc).splitlines()[0]}") from exc
         if isinstance(state, dict) and "state_dict" in state:
             state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a mapping of tensor names to tensors")
     model = create_model(arch, **model_args)
-    load_state_into(model, state, str(path))
+    load_state_into(model, state, str(path), check_finite=True)
     return model.eval()
 
 

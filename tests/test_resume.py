@@ -123,6 +123,7 @@ def test_nan_loss_stops_with_clear_error_and_keeps_checkpoint(tmp_path, folder, 
     assert not (run / "model").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ["--in-memory", "--stream"])
 def test_kill_mid_epoch_with_step_checkpoints_resumes_mid_epoch_bit_for_bit(tmp_path, folder, path):
     """--checkpoint-every keeps progress inside an epoch; the resumed run equals an uninterrupted one."""
