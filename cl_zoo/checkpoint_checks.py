@@ -16,6 +16,7 @@ import math
 import os
 import re
 import struct
+import types
 import typing
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -147,7 +148,7 @@ def _type_ok(value: Any, annotation: Any) -> bool:
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return any(value == a and type(value) is type(a) for a in typing.get_args(annotation))
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return any(_type_ok(value, a) for a in typing.get_args(annotation))
     if annotation is type(None):
         return value is None

@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import cl_zoo
-from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME, load_folder, sha256_file
+from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, INDEX_NAME, load_folder, sha256_file
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
 
