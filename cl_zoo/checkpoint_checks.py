@@ -122,7 +122,7 @@ def read_safetensors_header(path: Path) -> dict[str, tuple[str, tuple[int, ...]]
         if not isinstance(info, dict):
             raise bad(f"header entry {name!r} is not an object")
         dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if dtype not in FLOAT_DTYPES and dtype not in OTHER_DTYPES:
+        if not isinstance(dtype, str) or (dtype not in FLOAT_DTYPES and dtype not in OTHER_DTYPES):
             raise bad(f"tensor {name!r} has unsupported dtype {dtype!r}")
         if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
             raise bad(f"tensor {name!r} has a malformed shape {shape!r}")

@@ -7,7 +7,7 @@ Every outcome must be the identical model or one CheckpointError line, no file o
 may be opened (a sentinel beside it, watched by an audit hook), and ``cl-zoo embed --model`` on
 each mutated folder must end in a result or an ``error:`` line, never a traceback.
 
-Bounded for CI: derandomized (the same examples every run) and about a minute in all.
+Bounded for CI: derandomized (the same examples every run), 40 per layout, under a minute in all.
 """
 
 from __future__ import annotations
@@ -37,7 +37,9 @@ from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, INDEX_NAME, load_folder, s
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
 
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+# CL_ZOO_FUZZ_EXAMPLES=1000 CL_ZOO_FUZZ_RANDOM=1 explores further than CI does (new examples each run).
+FUZZ = settings(max_examples=int(os.environ.get("CL_ZOO_FUZZ_EXAMPLES", "40")), deadline=None,
+                derandomize=not os.environ.get("CL_ZOO_FUZZ_RANDOM"), database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 HOSTILE = [
