@@ -28,9 +28,19 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from cl_zoo.errors import CheckpointError
+from cl_zoo.checkpoint_checks import (
+    FLOAT_DTYPES,
+    TORCH_DTYPE_NAMES,
+    build_error,
+    member,
+    read_safetensors_header,
+    validate_model_args,
+    validate_pretrained_cfg,
+    weights_name,
+)
+from cl_zoo.errors import CheckpointError, ModelNotFoundError
 from cl_zoo.fileio import current_umask
-from cl_zoo.registry import PretrainedCfg, build_arch
+from cl_zoo.registry import PretrainedCfg, build_arch, get_arch
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
@@ -60,26 +70,41 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
 
 
 def weight_files(folder: str | os.PathLike[str]) -> list[str]:
-    """Names of the safetensors files that hold a folder's weights (one file or the shards)."""
+    """Names of the safetensors files that hold a folder's weights (one file or the shards).
+
+    Every name comes out checked by :func:`~cl_zoo.checkpoint_checks.weights_name`: a plain
+    ``.safetensors`` name inside the folder, never a path that leads elsewhere.
+    """
     folder = Path(folder)
     if (folder / INDEX_NAME).is_file():
-        index = _read_json(folder / INDEX_NAME)
-        try:
-            return sorted(set(index["weight_map"].values()))
-        except (KeyError, AttributeError) as exc:
-            raise CheckpointError(f"{folder / INDEX_NAME} has no 'weight_map'") from exc
+        return sorted(set(shard_map(folder).values()))
     if (folder / WEIGHTS_NAME).is_file():
+        weights_name(folder, WEIGHTS_NAME, str(folder))
         return [WEIGHTS_NAME]
     raise CheckpointError(f"{folder} has no {WEIGHTS_NAME} (nor a sharded {INDEX_NAME}): weights missing")
 
 
+def shard_map(folder: Path) -> dict[str, str]:
+    """The shard index's ``weight_map`` (tensor name -> shard file), every file name checked."""
+    path = member(folder, INDEX_NAME, str(folder))
+    index = _read_json(path)
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{path} has no 'weight_map' object")
+    for key, name in weight_map.items():
+        weights_name(folder, name, f"{path} weight_map[{key!r}]")
+    return weight_map
+
+
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text())
+        return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise CheckpointError(f"{path} is missing") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc})") from exc
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from exc
+    except OSError as exc:
+        raise CheckpointError(f"{path} cannot be read ({exc.strerror or exc})") from exc
 
 
 def _shard(state: Mapping[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
@@ -202,7 +227,7 @@ def save_pretrained(
 
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a checkpoint folder's config.json."""
-    path = Path(folder) / CONFIG_NAME
+    path = member(Path(folder), CONFIG_NAME, str(folder))
     config = _read_json(path)
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
@@ -211,24 +236,61 @@ def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
             raise CheckpointError(f"{path} lacks '{key}'")
         if not isinstance(config[key], kind):
             raise CheckpointError(f"{path}: '{key}' must be a {kind.__name__}")
+    files = config.get("files")
+    if files is not None:
+        if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+            raise CheckpointError(f"{path}: 'files' must map weights file names to sha256 digests")
+        for name in files:
+            weights_name(Path(folder), name, f"{path} files")
     return config
 
 
-def load_state_dict(folder: str | os.PathLike[str], sha256: Mapping[str, str] | None = None) -> dict[str, torch.Tensor]:
-    """Read a folder's safetensors (single or sharded), verifying pinned checksums."""
+def _verify_sha256(path: Path, name: str, sha256: Mapping[str, str] | None) -> None:
+    if sha256 and name in sha256:
+        actual = sha256_file(path)
+        if actual != sha256[name]:
+            raise CheckpointError(
+                f"sha256 mismatch for {path}: expected {str(sha256[name])[:16]}..., got {actual[:16]}...; "
+                "the file is corrupt or not the pinned revision"
+            )
+
+
+def read_headers(
+    folder: str | os.PathLike[str], sha256: Mapping[str, str] | None = None
+) -> dict[str, dict[str, tuple[str, tuple[int, ...]]]]:
+    """``{weights file: {tensor: (dtype, shape)}}`` for a folder, checked before any tensor is read.
+
+    File names are plain names inside the folder, pinned digests match, headers are well formed,
+    and with shards every tensor lives in exactly the file the index names.
+    """
     folder = Path(folder)
-    state: dict[str, torch.Tensor] = {}
+    index = shard_map(folder) if (folder / INDEX_NAME).is_file() else None
+    headers: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {}
+    owner: dict[str, str] = {}
     for name in weight_files(folder):
         path = folder / name
         if not path.is_file():
             raise CheckpointError(f"{path} is listed in the shard index but missing")
-        if sha256 and name in sha256:
-            actual = sha256_file(path)
-            if actual != sha256[name]:
-                raise CheckpointError(
-                    f"sha256 mismatch for {path}: expected {sha256[name][:16]}..., got {actual[:16]}...; "
-                    "the file is corrupt or not the pinned revision"
-                )
+        _verify_sha256(path, name, sha256)
+        header = read_safetensors_header(path)
+        for key in header:
+            if key in owner:
+                raise CheckpointError(f"{folder}: tensor {key!r} is stored twice ({owner[key]} and {name})")
+            owner[key] = name
+            if index is not None and index.get(key) != name:
+                raise CheckpointError(f"{folder / INDEX_NAME}: tensor {key!r} is in {name}, but the index says {index.get(key)!r}")
+        headers[name] = header
+    if index is not None and (listed := set(index) - set(owner)):
+        raise CheckpointError(f"{folder / INDEX_NAME} lists {len(listed)} tensors no shard holds (first: {sorted(listed)[0]})")
+    return headers
+
+
+def load_state_dict(folder: str | os.PathLike[str], sha256: Mapping[str, str] | None = None) -> dict[str, torch.Tensor]:
+    """Read a folder's safetensors (single or sharded), verifying pinned checksums and headers."""
+    folder = Path(folder)
+    state: dict[str, torch.Tensor] = {}
+    for name in read_headers(folder, sha256):
+        path = folder / name
         try:
             state.update(load_file(str(path)))
         except (SafetensorError, OSError) as exc:
@@ -251,6 +313,7 @@ class MismatchMessages:
     unexpected: str = "{n} unexpected (first: {first})"
     shape: str = "weights in {source} do not match the architecture: {key} has shape {shape}, expected {expected}"
     not_finite: str = "{source}: {key} contains NaN or infinite values; the file is damaged"
+    dtype: str = "weights in {source} do not match the architecture: {key} is {dtype}, expected {expected}"
 
 
 def load_state_into(
@@ -266,7 +329,9 @@ def load_state_into(
 
     Every check runs before the model is touched, so a bad file leaves the model as it was.
     ``check_finite`` also refuses NaN/inf values (worth its cost for files from outside the zoo).
-    Floating tensors are cast to the model's dtypes; returns how many needed that.
+    Floating tensors are cast to the model's floating dtypes; any other dtype must match exactly
+    (an integer tensor where the model holds floats is not a model's weights). Returns how many
+    tensors needed a cast.
     """
     fmt = {"source": source, **(context or {})}
     expected = model.state_dict()
@@ -283,6 +348,11 @@ def load_state_into(
         if tuple(tensor.shape) != tuple(expected[key].shape):
             raise CheckpointError(messages.shape.format(
                 key=key, shape=tuple(tensor.shape), expected=tuple(expected[key].shape), **fmt))
+        want = expected[key].dtype
+        if (tensor.is_floating_point() != want.is_floating_point) or (not want.is_floating_point and tensor.dtype != want):
+            raise CheckpointError(messages.dtype.format(
+                key=key, dtype=str(tensor.dtype).replace("torch.", ""),
+                expected="a floating-point tensor" if want.is_floating_point else str(want).replace("torch.", ""), **fmt))
         if check_finite and tensor.is_floating_point() and not torch.isfinite(tensor).all():
             raise CheckpointError(messages.not_finite.format(key=key, **fmt))
     cast = sum(1 for k, v in state.items() if v.is_floating_point() and v.dtype != expected[k].dtype)
@@ -291,25 +361,76 @@ def load_state_into(
     return cast
 
 
+def _expected_state(arch: str, cfg: PretrainedCfg, model_args: Mapping[str, Any], where: str) -> dict[str, torch.Tensor]:
+    """The architecture's state dict built on the meta device: names, shapes, dtypes, no memory.
+
+    Comparing the file's headers with it first means a config asking for a gigantic model, or
+    weights that do not fit the architecture, are refused before anything is allocated.
+    """
+    try:
+        entry = get_arch(arch)
+    except ModelNotFoundError as exc:
+        raise CheckpointError(f"{where}: architecture: {exc}") from None
+    validate_model_args(arch, entry.builder, model_args, where)
+    try:
+        with torch.device("meta"):
+            return build_arch(arch, cfg, **model_args).state_dict()
+    except Exception as exc:  # noqa: BLE001 - whatever the builder says about the config's values
+        raise build_error(arch, exc, where) from None
+
+
+def _check_headers(
+    headers: Mapping[str, Mapping[str, tuple[str, tuple[int, ...]]]], expected: Mapping[str, torch.Tensor], source: str
+) -> None:
+    found = {key: value for header in headers.values() for key, value in header.items()}
+    missing = [k for k in expected if k not in found]
+    unexpected = [k for k in found if k not in expected]
+    if missing or unexpected:
+        parts = [f"{len(missing)} missing (first: {missing[0]})"] if missing else []
+        parts += [f"{len(unexpected)} unexpected (first: {unexpected[0]})"] if unexpected else []
+        raise CheckpointError(f"weights in {source} do not match the architecture: {'; '.join(parts)}")
+    for key, tensor in expected.items():
+        dtype, shape = found[key]
+        if shape != tuple(tensor.shape):
+            raise CheckpointError(
+                f"weights in {source} do not match the architecture: {key} has shape {shape}, expected {tuple(tensor.shape)}")
+        want = str(tensor.dtype).replace("torch.", "")
+        if tensor.dtype.is_floating_point != (dtype in FLOAT_DTYPES) or (
+            not tensor.dtype.is_floating_point and TORCH_DTYPE_NAMES[dtype] != want
+        ):
+            expected_kind = "a floating-point tensor" if tensor.dtype.is_floating_point else want
+            raise CheckpointError(
+                f"weights in {source} do not match the architecture: {key} is {TORCH_DTYPE_NAMES[dtype]}, expected {expected_kind}")
+
+
 def load_folder(
     folder: str | os.PathLike[str], *, sha256: Mapping[str, str] | None = None, model_name: str | None = None
 ) -> nn.Module:
-    """Build the model a checkpoint folder describes and load its weights (float32, eval mode)."""
+    """Build the model a checkpoint folder describes and load its weights (float32, eval mode).
+
+    The folder is untrusted input (see :mod:`cl_zoo.checkpoint_checks`): file names, config
+    values, headers, dtypes and values are all checked, each failure one ``CheckpointError`` line.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a checkpoint folder")
     config = read_config(folder)
+    where = str(folder / CONFIG_NAME)
     try:
         cfg = PretrainedCfg.from_dict(config["pretrained_cfg"])
     except (TypeError, ValueError) as exc:
-        raise CheckpointError(f"{folder / CONFIG_NAME}: bad pretrained_cfg ({exc})") from exc
+        raise CheckpointError(f"{where}: bad pretrained_cfg ({exc})") from exc
+    validate_pretrained_cfg(cfg, where)
     # The registry's pins are authoritative; without them, the digests recorded at save time still
     # catch a truncated download or a corrupted copy.
     pins = dict(config.get("files") or {})
     pins.update(sha256 or {})
+    expected = _expected_state(config["architecture"], cfg, config["model_args"], where)
+    _check_headers(read_headers(folder, pins or None), expected, str(folder))
     model = build_arch(config["architecture"], cfg, **config["model_args"])
-    load_state_into(model, load_state_dict(folder, pins or None), str(folder))
-    model.model_name = model_name or config.get("model_name") or config["architecture"]
+    load_state_into(model, load_state_dict(folder, pins or None), str(folder), check_finite=True)
+    name = config.get("model_name")
+    model.model_name = model_name or (name if isinstance(name, str) and name else None) or config["architecture"]
     model.checkpoint_config = config
     model.checkpoint_source = str(folder)
     return model.eval()

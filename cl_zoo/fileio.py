@@ -11,10 +11,16 @@ listings, dataset scans and hub uploads (``publish.IGNORE_PATTERNS`` skips dot f
 
 ``mkstemp`` creates files readable by the owner only; the result is given the mode a plain
 ``open()`` would have produced (``0o666 & ~umask``) so runs and caches stay shareable.
+
+Atomic writes keep every file whole, but two processes filling the same cache entry (two jobs
+converting one official release, two notebooks downloading one Hub repo) would still both do the
+work and swap folders under each other. :func:`file_lock` serialises them: the first fills the
+entry, the second waits, then finds it done.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -29,6 +35,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_save_torch",
     "atomic_save_npy",
+    "file_lock",
 ]
 
 
@@ -149,3 +156,35 @@ def atomic_save_npy(
         with open(tmp, "wb") as fh:
             np.save(fh, array, allow_pickle=allow_pickle)
     return Path(path)
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Hold an exclusive cross-process lock on ``path`` (created if absent) for the ``with`` block.
+
+    ``fcntl.flock`` on an open descriptor: the kernel releases it when the process exits, so a
+    killed holder never leaves a stale lock (the file itself stays; removing it while another
+    process waits on it would let a third take a different lock). On systems without ``fcntl``
+    (Windows) this is a no-op and concurrent fills fall back to the atomic writes alone; so it is
+    where the lock cannot be created at all (a read-only shared cache, which nobody fills).
+    """
+    path = Path(path)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield path
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~current_umask())
+    except OSError as exc:
+        if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
+            yield path
+            return
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield path
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)

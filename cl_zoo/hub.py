@@ -31,6 +31,7 @@ from cl_zoo.checkpoint import (
     load_state_into,
 )
 from cl_zoo.errors import CheckpointError, ClZooError, HubError
+from cl_zoo.fileio import file_lock
 
 if TYPE_CHECKING:
     from cl_zoo.registry import PretrainedEntry
@@ -90,6 +91,15 @@ def hub_settings() -> dict[str, object]:
     }
 
 
+def _download_lock(repo_id: str, cache_dir: str | None) -> Path:
+    """The lock serialising cl-zoo processes that fetch one repo: beside its cache entry, under the
+    cache's ``.locks/`` (which ``huggingface_hub``'s cache scan skips)."""
+    from huggingface_hub import constants
+
+    root = Path(cache_dir or constants.HF_HUB_CACHE)
+    return root / ".locks" / "cl-zoo" / f"models--{repo_id.replace('/', '--')}.lock"
+
+
 def download_folder(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> Path:
     """Fetch (or find in the cache) a checkpoint repo; returns the local snapshot folder."""
     from huggingface_hub import snapshot_download
@@ -97,14 +107,15 @@ def download_folder(repo_id: str, revision: str | None = None, cache_dir: str | 
 
     settings = hub_settings()
     try:
-        path = snapshot_download(
-            repo_id,
-            revision=revision,
-            cache_dir=cache_dir or settings["cache_dir"],
-            endpoint=settings["endpoint"],
-            local_files_only=settings["local_files_only"],
-            allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME, "model-*.safetensors", "README.md"],
-        )
+        with file_lock(_download_lock(repo_id, cache_dir or settings["cache_dir"])):
+            path = snapshot_download(
+                repo_id,
+                revision=revision,
+                cache_dir=cache_dir or settings["cache_dir"],
+                endpoint=settings["endpoint"],
+                local_files_only=settings["local_files_only"],
+                allow_patterns=[CONFIG_NAME, WEIGHTS_NAME, INDEX_NAME, "model-*.safetensors", "README.md"],
+            )
     except RepositoryNotFoundError as exc:
         raise HubError(f"Hub repo {repo_id} not found (or private without a token)") from exc
     except RevisionNotFoundError as exc:
@@ -205,9 +216,13 @@ def _load_file(path: Path, arch: str | None = None, **model_args: object) -> nn.
             "or pass arch=<architecture>"
         )
     if path.suffix == ".safetensors":
+        from safetensors import SafetensorError
         from safetensors.torch import load_file
 
-        state = load_file(str(path))
+        try:
+            state = load_file(str(path))
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"{path} is not a readable safetensors file ({' '.join(str(exc).split())[:200]})") from exc
     else:
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
@@ -215,8 +230,10 @@ def _load_file(path: Path, arch: str | None = None, **model_args: object) -> nn.
             raise CheckpointError(f"{path} cannot be loaded safely (weights_only=True): {str(exc).splitlines()[0]}") from exc
         if isinstance(state, dict) and "state_dict" in state:
             state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise CheckpointError(f"{path} does not hold a mapping of tensor names to tensors")
     model = create_model(arch, **model_args)
-    load_state_into(model, state, str(path))
+    load_state_into(model, state, str(path), check_finite=True)
     return model.eval()
 
 

@@ -121,3 +121,33 @@ def test_nan_loss_stops_with_clear_error_and_keeps_checkpoint(tmp_path, folder, 
     state = torch.load(run / "checkpoint.pt", weights_only=True)
     assert state["epoch"] == 1 and all(torch.isfinite(v).all() for v in state["model"].values() if v.is_floating_point())
     assert not (run / "model").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["--in-memory", "--stream"])
+def test_kill_mid_epoch_with_step_checkpoints_resumes_mid_epoch_bit_for_bit(tmp_path, folder, path):
+    """--checkpoint-every keeps progress inside an epoch; the resumed run equals an uninterrupted one."""
+    cache = tmp_path / "cache"
+    full = _run([*ARGS, path, "--data", str(folder), "--out", str(tmp_path / "full")], {}, cache)
+    assert full.returncode == 0, full.stderr[-2000:]
+
+    killed_dir = tmp_path / "killed"
+    kill_step = STEPS_PER_EPOCH + 2  # before the third step of epoch 2: two of its steps are done
+    killed = _run([*ARGS, path, "--checkpoint-every", "1", "--data", str(folder), "--out", str(killed_dir)],
+                  {"CL_ZOO_FAULT_KILL_STEP": str(kill_step)}, cache)
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    state = torch.load(killed_dir / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 1 and state["global_step"] == kill_step  # epoch-granular checkpoints would say 3
+    assert state["partial_epoch"]["step"] == 2 and state["partial_epoch"]["seen"] == 2
+
+    resumed = _run(["--out", str(killed_dir), "--resume", "--no-progress", path], {}, cache)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "at epoch 1/3 + 2/3 steps" in resumed.stdout
+
+    a = torch.load(tmp_path / "full" / "checkpoint.pt", weights_only=True)
+    b = torch.load(killed_dir / "checkpoint.pt", weights_only=True)
+    assert a["global_step"] == b["global_step"] == 3 * STEPS_PER_EPOCH and "partial_epoch" not in b
+    for key, value in a["model"].items():
+        torch.testing.assert_close(b["model"][key], value, rtol=0, atol=0, msg=key)
+    loss = lambda d: [float(r.split(",")[1]) for r in (d / "metrics.csv").read_text().splitlines()[1:]]  # noqa: E731
+    assert loss(killed_dir) == loss(tmp_path / "full")  # epoch 2's mean loss includes the steps before the kill

@@ -5,6 +5,7 @@ Examples::
     cl-zoo pretrain --recipe recipes/dcl_cifar10.yaml --data cifar10-jpeg.tar.gz --val cifar10-jpeg.tar.gz --out runs/dcl
     cl-zoo pretrain --method dcl --arch resnet18 --data imagenette128-train.tar.gz --image-size 64 --epochs 50 --out runs/x
     cl-zoo pretrain --out runs/dcl --resume                     # continue after a crash
+    cl-zoo pretrain ... --checkpoint-every 500                  # long epochs: keep progress every 500 steps
     torchrun --nproc-per-node 8 -m cl_zoo.cli pretrain --recipe ... --out ...   # several GPUs
 
 The recipe (YAML) holds every hyperparameter; options given here override it, ``--set key=value``
@@ -51,6 +52,8 @@ def _parse_set(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--image-size", type=int, help="Training resolution (images are decoded at this size).")
 @click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), help="Autocast precision on CUDA (CPU runs fp32).")
 @click.option("--knn-every", type=int, help="Run the kNN monitor every N epochs (0: never).")
+@click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="STEPS",
+              help="Also checkpoint every STEPS steps inside an epoch, so --resume loses at most that much (0: at epoch ends only).")
 @click.option("--seed", type=int, help="Random seed.")
 @click.option("--workers", type=int, help="Decode threads / DataLoader workers.")
 @click.option("--compile/--no-compile", "compile_", default=None, help="torch.compile the backbone.")
@@ -62,14 +65,14 @@ def _parse_set(items: tuple[str, ...]) -> dict[str, object]:
               "(default: in memory when the decoded dataset fits in half the device memory).")
 @click.option("--no-progress", is_flag=True, help="No progress bars (logs still print one line per epoch).")
 def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epochs, batch_size, lr, image_size, precision,
-                     knn_every, seed, workers, compile_, sync_bn, sets, resume, device, stream, no_progress) -> int:  # noqa: ANN001
+                     knn_every, checkpoint_every, seed, workers, compile_, sync_bn, sets, resume, device, stream, no_progress) -> int:  # noqa: ANN001
     """Pretrain a backbone with a contrastive method and export it in the zoo's format."""
     from cl_zoo.train.loop import Trainer
     from cl_zoo.train.recipe import Recipe
 
     overrides: dict[str, object] = {
         "method": method, "arch": arch, "epochs": epochs, "batch_size": batch_size, "optim.lr": lr,
-        "data.image_size": image_size, "precision": precision, "knn_every": knn_every, "seed": seed,
+        "data.image_size": image_size, "precision": precision, "knn_every": knn_every, "checkpoint_every": checkpoint_every, "seed": seed,
         "workers": workers, "compile": compile_, "sync_bn": sync_bn,
     }
     overrides.update(_parse_set(sets))

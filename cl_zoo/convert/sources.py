@@ -28,7 +28,7 @@ from typing import Any
 import torch.nn as nn
 
 from cl_zoo.errors import CheckpointError, ClZooError, HubError
-from cl_zoo.fileio import atomic_path
+from cl_zoo.fileio import atomic_path, file_lock
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
 _DRIVE_VIEW = re.compile(r"^https://drive\.google\.com/file/d/([\w-]+)/view")
@@ -183,9 +183,14 @@ def load_release(entry: Any) -> nn.Module:
     if release is None:
         raise HubError(f"{entry.name} has no published release to fetch")
     folder = cache_root() / entry.name
-    if not (folder / CONFIG_NAME).is_file():
-        raw, source = fetch_release_file(release)
-        import_checkpoint(release.format, raw, folder, arch=entry.arch, origin=source.describe(), release_name=entry.name)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # One process downloads, verifies and converts; another asking at the same time waits on the
+    # lock (a file beside the cache entry), then finds the finished folder.
+    with file_lock(folder.with_name(f".{folder.name}.lock")):
+        if not (folder / CONFIG_NAME).is_file():
+            raw, source = fetch_release_file(release)
+            import_checkpoint(release.format, raw, folder, arch=entry.arch, origin=source.describe(),
+                              release_name=entry.name)
     model = load_folder(folder, model_name=entry.name)
     model.checkpoint_source = str(folder)
     return model

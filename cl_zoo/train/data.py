@@ -10,7 +10,9 @@ many processes feed it:
   generator (cheap: a few numbers per image, on the CPU) and each rank applies its rows.
 
 Two processes with batch ``B/2`` therefore see exactly the views one process with batch ``B``
-sees, and a run resumed at an epoch boundary replays the uninterrupted run's views.
+sees, and a run resumed at an epoch boundary replays the uninterrupted run's views. A run resumed
+mid-epoch (``epoch(e, start_step=k)``) skips the first ``k`` batches without decoding them and
+consumes their augmentation draws, so its step ``k`` gets the uninterrupted run's views too.
 
 In memory (CIFAR, Imagenette at 128 px): the dataset is decoded once into ``uint8 [N, 3, S, S]`` and
 moved to the device; a step is an index gather plus batched augmentations, with no per-image
@@ -112,11 +114,13 @@ class InMemoryBatches:
     def __len__(self) -> int:
         return len(self.images) // self.global_batch
 
-    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
-        """Yield ``(global indices [b] on the device, views)`` for every step of ``epoch``."""
+    def epoch(self, epoch: int, start_step: int = 0) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
+        """Yield ``(global indices [b] on the device, views)`` for every step of ``epoch`` from ``start_step``."""
         plan = EpochPlan(len(self.images), self.global_batch, self.rank, self.world_size, self.seed, epoch)
         maker = ViewMaker(self.configs, plan)
-        for step in range(plan.steps):
+        for _ in range(start_step):
+            maker.skip(tuple(self.images.shape[-2:]))
+        for step in range(start_step, plan.steps):
             index = plan.local_indices(step).to(self.images.device, non_blocking=True)
             yield index, maker(self.images.index_select(0, index))
 
@@ -135,14 +139,14 @@ class _DecodeDataset(Dataset):
 
 
 class _PlanSampler(Sampler[list[int]]):
-    def __init__(self, plan: EpochPlan) -> None:
-        self.plan = plan
+    def __init__(self, plan: EpochPlan, start_step: int = 0) -> None:
+        self.plan, self.start_step = plan, start_step
 
     def __len__(self) -> int:
-        return self.plan.steps
+        return self.plan.steps - self.start_step
 
     def __iter__(self) -> Iterator[list[int]]:
-        for step in range(self.plan.steps):
+        for step in range(self.start_step, self.plan.steps):
             yield self.plan.local_indices(step).tolist()
 
 
@@ -163,12 +167,14 @@ class StreamingBatches:
     def __len__(self) -> int:
         return len(self.paths) // self.global_batch
 
-    def epoch(self, epoch: int) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
+    def epoch(self, epoch: int, start_step: int = 0) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
         plan = EpochPlan(len(self.paths), self.global_batch, self.rank, self.world_size, self.seed, epoch)
         maker = ViewMaker(self.configs, plan)
+        for _ in range(start_step):
+            maker.skip((self.size, self.size))
         loader = DataLoader(
             _DecodeDataset(self.paths, self.size),
-            batch_sampler=_PlanSampler(plan),
+            batch_sampler=_PlanSampler(plan, start_step),
             num_workers=self.workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=False,

@@ -7,7 +7,8 @@ views' count and presets, computes the loss, and updates its momentum encoders a
 Run folder::
 
     RUN_DIR/recipe.yaml       the full recipe (what was asked)
-    RUN_DIR/checkpoint.pt     the last completed epoch (atomic; what --resume reads)
+    RUN_DIR/checkpoint.pt     the last completed epoch, or the last ``checkpoint_every`` step inside
+                              the current one (atomic; what --resume reads)
     RUN_DIR/metrics.csv       one row per epoch (loss, lr, images/s, kNN accuracy)
     RUN_DIR/tb/               TensorBoard scalars
     RUN_DIR/curves.png        loss and kNN accuracy per epoch
@@ -246,10 +247,10 @@ class Trainer:
             )
         a, b = saved.to_dict(), requested.to_dict()
         for key in a:
-            if key != "epochs" and a[key] != b[key]:
+            if key not in ("epochs", "checkpoint_every") and a[key] != b[key]:
                 raise CheckpointError(
                     f"cannot resume: recipe key {key!r} differs from the saved run ({a[key]!r} vs {b[key]!r}); "
-                    "only epochs may change on resume"
+                    "only epochs and checkpoint_every may change on resume"
                 )
         if requested.epochs < int(state["epoch"]):
             raise CheckpointError(f"cannot resume: the run already trained {state['epoch']} epochs > --epochs {requested.epochs}")
@@ -383,7 +384,10 @@ class Trainer:
         return {k: v for k, v in result["metrics"].items() if k.endswith("_top1")}
 
     # ------------------------------------------------------------------ checkpoints
-    def _save(self, epoch: int, global_step: int, history: list[dict[str, Any]]) -> None:
+    def _save(self, epoch: int, global_step: int, history: list[dict[str, Any]],
+              partial: dict[str, Any] | None = None) -> None:
+        """Checkpoint after ``epoch`` completed epochs; ``partial`` describes progress into the next
+        one (steps done, loss sum, images seen) when saving mid-epoch."""
         if not self.env.is_main:
             return
         state = {
@@ -407,12 +411,14 @@ class Trainer:
             "training_data": self.training_data,
             "history": history,
         }
+        if partial is not None:
+            state["partial_epoch"] = partial
         save_state(self.run_dir / CHECKPOINT_NAME, state)
 
-    def _restore(self) -> tuple[int, int, list[dict[str, Any]]]:
+    def _restore(self) -> tuple[int, int, list[dict[str, Any]], dict[str, Any] | None]:
         st = self.state
         if st is None:
-            return 0, 0, []
+            return 0, 0, [], None
         if st.get("method") != self.recipe.method:
             raise CheckpointError(f"cannot resume: checkpoint is a {st.get('method')} run, not {self.recipe.method}")
         missing, unexpected = self.method.load_state_dict(st["model"], strict=False)
@@ -424,7 +430,12 @@ class Trainer:
         if st.get("grad_scaler"):
             self.scaler.load_state_dict(st["grad_scaler"])
         restore_rng_state(st["rng"])
-        return int(st["epoch"]), int(st["global_step"]), list(st.get("history", []))
+        partial = st.get("partial_epoch")
+        if partial is not None and not 0 < int(partial["step"]) < self.steps_per_epoch:
+            raise CheckpointError(
+                f"cannot resume: checkpoint is {partial['step']} steps into an epoch of {self.steps_per_epoch}"
+            )
+        return int(st["epoch"]), int(st["global_step"]), list(st.get("history", [])), partial
 
     # ------------------------------------------------------------------ training
     def fit(self) -> PretrainResult:
@@ -436,7 +447,7 @@ class Trainer:
     def _fit(self) -> PretrainResult:
         env, r = self.env, self.recipe
         self._prepare_model()
-        start_epoch, global_step, history = self._restore()
+        start_epoch, global_step, history, partial = self._restore()
         if env.is_main:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             atomic_write_text(self.run_dir / "recipe.yaml", r.to_yaml())
@@ -449,8 +460,9 @@ class Trainer:
         nan_at = _fault_step("CL_ZOO_FAULT_NAN_STEP")
         peak_lr = r.effective_lr
         last_knn: dict[str, float] = next((dict(h["knn"]) for h in reversed(history) if h.get("knn")), {})
-        if env.is_main and start_epoch:
-            print(f"resumed {self.run_dir} at epoch {start_epoch}/{r.epochs}")
+        if env.is_main and (start_epoch or partial):
+            into = f" + {partial['step']}/{self.steps_per_epoch} steps" if partial else ""
+            print(f"resumed {self.run_dir} at epoch {start_epoch}/{r.epochs}{into}")
         self.method.train()
         try:
             for epoch in range(start_epoch, r.epochs):
@@ -462,9 +474,15 @@ class Trainer:
                                dynamic_ncols=True, leave=True)
                 t0 = time.perf_counter()
                 loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
-                seen = 0
+                seen = start_step = 0
+                if partial is not None and epoch == start_epoch:  # resumed mid-epoch
+                    start_step, seen = int(partial["step"]), int(partial["seen"])
+                    loss_sum += partial["loss_sum"].to(env.device, torch.float64)
+                    if bar is not None:
+                        bar.update(start_step)
+                resumed_seen = seen  # throughput counts this process's steps only
                 lr = peak_lr
-                for i, (index, views) in enumerate(self.batches.epoch(epoch)):
+                for i, (index, views) in enumerate(self.batches.epoch(epoch, start_step), start=start_step):
                     if kill_at is not None and global_step == kill_at:
                         os.kill(os.getpid(), signal.SIGKILL)
                     progress_ = epoch + i / self.steps_per_epoch
@@ -491,9 +509,12 @@ class Trainer:
                         elapsed = max(time.perf_counter() - t0, 1e-9)
                         bar.update(1)
                         bar.set_postfix(loss=f"{loss_value.item():.4f}", lr=f"{lr:.3g}",
-                                        img_s=f"{seen * r.batch_size / elapsed:.0f}", refresh=False)
+                                        img_s=f"{(seen - resumed_seen) * r.batch_size / elapsed:.0f}", refresh=False)
                     if logger is not None and (global_step % 10 == 0 or i == 0):
                         logger.log_step(global_step, {"loss": float(loss_value), "lr": lr, **{k: float(v) for k, v in logs.items() if k != "loss"}})
+                    if r.checkpoint_every and global_step % r.checkpoint_every == 0 and i + 1 < self.steps_per_epoch:
+                        self._save(epoch, global_step, [dict(h) for h in history],
+                                   partial={"step": i + 1, "seen": seen, "loss_sum": loss_sum.detach().cpu()})
                 if bar is not None:
                     bar.close()
                 if env.device.type == "cuda":
@@ -502,8 +523,8 @@ class Trainer:
                 row: dict[str, Any] = {
                     "loss": float(loss_sum.item() / max(seen, 1)),
                     "lr": lr,
-                    "images_per_s": seen * r.batch_size / elapsed,
-                    "views_per_s": seen * r.batch_size * self.num_views / elapsed,
+                    "images_per_s": (seen - resumed_seen) * r.batch_size / elapsed,
+                    "views_per_s": (seen - resumed_seen) * r.batch_size * self.num_views / elapsed,
                     "epoch_time_s": elapsed,
                 }
                 knn: dict[str, float] = {}

@@ -21,6 +21,7 @@ YAML shape (every key optional; defaults below)::
     sync_bn: null               # null: the method's default
     compile: false
     knn_every: 10               # 0 disables the online kNN monitor
+    checkpoint_every: 0         # also checkpoint every N steps inside an epoch (0: at epoch ends only)
     seed: 0
     workers: 8                  # DataLoader workers on the streaming path / decode threads
 """
@@ -95,6 +96,7 @@ class Recipe:
     sync_bn: bool | None = None  # None: the method's default (MoCo-style methods: true)
     compile: bool = False
     knn_every: int = 10
+    checkpoint_every: int = 0  # steps between mid-epoch checkpoints; 0: only at the end of each epoch
     seed: int = 0
     workers: int = 8
 
@@ -163,6 +165,7 @@ class Recipe:
                 raise ClZooError(f"{source}: {key} must be positive, got {value}")
         non_negative = {
             "knn_every": self.knn_every,
+            "checkpoint_every": self.checkpoint_every,
             "workers": self.workers,
             "optim.weight_decay": self.optim.weight_decay,
             "optim.momentum": self.optim.momentum,
