@@ -359,9 +359,6 @@ def extract_features(
         raise ClZooError(f"batch size must be at least 1, got {batch_size}")
     if precision not in PRECISIONS:
         raise ClZooError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-    from cl_zoo.backends import resolve_backend
-    from cl_zoo.precision import resolve_precision
-
     workers = _default_workers() if workers is None else workers
     if workers < 0:
         raise ClZooError(f"workers must be >= 0, got {workers}")
@@ -372,13 +369,9 @@ def extract_features(
     if world > 1 and progress_dir is None:
         raise ClZooError("embedding under torchrun needs a progress folder shared by all ranks (an output path)")
     preprocess = Preprocess.from_model(model)
-    precision = resolve_precision(precision, dev)
     # The weights digest names progress files and the OpenVINO cache entry; skip it when neither is used.
     fingerprint = model_fingerprint(model) if progress_dir is not None or backend != "torch" else None
-    choice = resolve_backend(
-        backend, dev, precision, images=len(paths),
-        cached=backend == "auto" and fingerprint is not None and _openvino_cached(fingerprint, preprocess),
-    )
+    precision, choice = resolve_engine(model, dev, precision, backend, len(paths), fingerprint)
     runner, backend_name, backend_reason = None, choice.name, choice.reason
     if choice.name == "openvino" and len(paths):
         runner, backend_reason = _openvino_runner(model, fingerprint or model_fingerprint(model), preprocess, precision)
@@ -425,10 +418,28 @@ def extract_features(
     return result
 
 
-def _openvino_cached(fingerprint: str, preprocess: Preprocess) -> bool:
-    from cl_zoo.backends.openvino import is_cached
+def resolve_engine(
+    model: nn.Module, device: str | torch.device, precision: str, backend: str, images: int, fingerprint: str | None = None
+) -> tuple[str, Any]:
+    """(resolved precision, :class:`~cl_zoo.backends.BackendChoice`) for embedding ``images`` files.
 
-    return is_cached(fingerprint, preprocess.crop_size, preprocess.mean, preprocess.std)
+    What :func:`extract_features` will run, before it runs: the feature cache keys on it.
+    """
+    from cl_zoo.backends import resolve_backend
+    from cl_zoo.precision import resolve_precision
+
+    dev = resolve_device(device)
+    resolved = resolve_precision(precision, dev)
+    cached = False
+    if backend == "auto" and dev.type == "cpu":
+        from cl_zoo.backends import openvino_available
+
+        if openvino_available():
+            from cl_zoo.backends.openvino import is_cached
+
+            pre = Preprocess.from_model(model)
+            cached = is_cached(fingerprint or model_fingerprint(model), pre.crop_size, pre.mean, pre.std)
+    return resolved, resolve_backend(backend, dev, resolved, images=images, cached=cached)
 
 
 def _openvino_runner(model: nn.Module, fingerprint: str, preprocess: Preprocess, precision: str) -> tuple[Any, str]:
@@ -739,6 +750,7 @@ __all__ = [
     "load_embeddings",
     "model_metadata",
     "prepare_model",
+    "resolve_engine",
     "save_embeddings",
     "sidecar",
     "write_failures",
