@@ -179,20 +179,20 @@ def test_cmc_dual_encoder_converts_with_its_lab_conversion(photo_paths):
 
 
 def test_knn_on_a_fixed_subset_moves_at_most_half_a_point(default_model, imagenette_val_dir):
-    """400 queries, so one flipped image is 0.25 point."""
+    """300 queries, so one flipped image is a third of a point."""
     from cl_zoo.data.folder import open_image_folder
     from cl_zoo.embedding import extract_features
     from cl_zoo.eval.knn import knn_classify
 
     data = open_image_folder(str(imagenette_val_dir), split="val")
     labels = np.asarray(data.labels)
-    bank = np.concatenate([np.flatnonzero(labels == c)[:40] for c in range(len(data.classes))])
-    query = np.concatenate([np.flatnonzero(labels == c)[40:80] for c in range(len(data.classes))])
+    bank = np.concatenate([np.flatnonzero(labels == c)[:30] for c in range(len(data.classes))])
+    query = np.concatenate([np.flatnonzero(labels == c)[30:60] for c in range(len(data.classes))])
     paths = [data.paths[i] for i in np.concatenate([bank, query])]
     engines = [("fp32", "torch"), ("bf16", "torch")] + ([("bf16", "openvino")] if HAS_OPENVINO else [])
     accuracy = {}
     for prec, backend in engines:
-        feats = extract_features(default_model, paths, batch_size=100, workers=0, device="cpu", precision=prec,
+        feats = extract_features(default_model, paths, batch_size=150, workers=0, device="cpu", precision=prec,
                                  backend=backend).features
         out = knn_classify(feats[: len(bank)], labels[bank], feats[len(bank):], labels[query], ks=(20,), temperature=0.07,
                            num_classes=len(data.classes), use_gpu=False)
@@ -210,14 +210,14 @@ def test_bf16_pretraining_loss_decreases_like_fp32(tmp_path, capsys):
     from cl_zoo.train.state import load_state
     from tests.test_pretrain import make_folder
 
-    folder = make_folder(tmp_path / "train", classes=3, per_class=16, size=20)
+    folder = make_folder(tmp_path / "train", classes=2, per_class=16, size=16)
     torch.set_num_threads(2)
     runs = {}
     for prec in ("fp32", "bf16"):
         recipe = Recipe.from_dict({
             "method": "dcl", "arch": "resnet18_cifar", "model_args": {"width": 0.125},
             "method_args": {"head_hidden_dim": 32, "head_out_dim": 16}, "data": {"image_size": 16, "augment": "cifar"},
-            "optim": {"lr": 0.5}, "epochs": 4, "batch_size": 16, "knn_every": 0, "precision": prec, "workers": 0,
+            "optim": {"lr": 0.5}, "epochs": 3, "batch_size": 16, "knn_every": 0, "precision": prec, "workers": 0,
         })
         trainer = Trainer(recipe, folder, tmp_path / prec, progress=False, export=False)
         result = trainer.fit()
