@@ -164,10 +164,10 @@ def compare_precisions(args: argparse.Namespace) -> None:
     if args.images == 0:
         args.images = 4 * batch
     images = torch.from_numpy(load_images(args, size))
-    auto = resolve_precision("auto", device)
+    auto = resolve_precision("auto", device, training=True)
     cap = cpu_capability()
     print(f"cpu: {cap.describe()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"auto resolves to {auto} on {device.type} ({why(auto, device)})")
+    print(f"auto resolves to {auto} for training on {device.type} ({why(auto, device, training=True)})")
     print(f"{recipe.method} {recipe.arch} {recipe.model_args or ''} {size}px batch {batch}, {len(images)} images, "
           f"{args.steps} timed steps after {args.warmup} warm-up, seed {recipe.seed}")
     results = {}
@@ -240,7 +240,7 @@ def main() -> None:
         overrides[key] = yaml.safe_load(value)
     recipe = recipe.with_overrides(overrides)
     size, batch = recipe.data.image_size, recipe.batch_size
-    precision = resolve_precision(recipe.precision, device)
+    precision = resolve_precision(recipe.precision, device, training=True)
     amp = precision == "bf16" or (device.type == "cuda" and precision == "fp16")
     dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     if device.type == "cpu":

@@ -8,9 +8,14 @@ units, doubles or triples their throughput; its 8-bit mantissa moves pooled feat
 * CUDA: bf16 (tensor cores).
 * CPU with Intel AMX (``amx_tile``): bf16. Measured on a 2-core AMX machine, ResNet-50 at 224 px:
   torch fp32 20 images/s, torch bf16 autocast 45, OpenVINO bf16 91 (issue 12).
-* CPU with AVX512_BF16 but no AMX (e.g. AMD Zen 4/5): bf16. Measured on a 2-core AMD EPYC
-  (Zen 5, ``avx512_bf16``, no AMX), same model and batch: torch fp32 6.3 images/s, torch bf16
-  autocast 9.4 (1.5x), OpenVINO f32 11.4, OpenVINO bf16 19.0 (3.0x); min cosine to fp32 0.99999.
+* CPU with AVX512_BF16 but no AMX (e.g. AMD Zen 4/5): bf16 for inference (embedding, evaluation,
+  detection inference), fp32 for training. Measured on a 2-core AMD EPYC (Zen 5, ``avx512_bf16``,
+  no AMX), ResNet-50 inference, same batch: torch fp32 6.3 images/s, torch bf16 autocast 9.4
+  (1.5x), OpenVINO f32 11.4, OpenVINO bf16 19.0 (3.0x); min cosine to fp32 0.99999. Training
+  (forward + backward, ResNet-18 x0.5 at 64 px) on the same machine, shared with other jobs, was
+  inconclusive: from 0.4x to 4x fp32 between runs, so ``auto`` keeps training in fp32 there until
+  ``benchmarks/pretrain_throughput.py --compare-precision`` shows a gain on a quiet machine;
+  ``--precision bf16`` runs it anyway.
 * any other CPU: fp32. Without hardware bf16 the conversion is emulated and runs slower than fp32.
 
 The detection goes through torch's own probes (``torch.cpu._is_amx_tile_supported``,
@@ -48,8 +53,13 @@ class CpuCapability:
 
     @property
     def fast_bf16(self) -> bool:
-        """Whether bf16 convolutions run in hardware (measured faster than fp32; module docstring)."""
+        """Whether bf16 inference runs in hardware (measured faster than fp32; module docstring)."""
         return self.amx or self.avx512_bf16
+
+    @property
+    def fast_bf16_training(self) -> bool:
+        """Whether bf16 training is known to beat fp32 (AMX: 1.8x measured; module docstring)."""
+        return self.amx
 
     def describe(self) -> str:
         units = [name for name, ok in (("AMX", self.amx), ("AVX512_BF16", self.avx512_bf16)) if ok]
@@ -115,20 +125,22 @@ def check_precision(precision: str) -> str:
     return precision
 
 
-def resolve_precision(precision: str, device: torch.device | str) -> str:
-    """``auto`` -> ``bf16`` or ``fp32`` for ``device``; explicit choices are kept as asked."""
+def resolve_precision(precision: str, device: torch.device | str, *, training: bool = False) -> str:
+    """``auto`` -> ``bf16`` or ``fp32`` for ``device`` (and for training or inference, which differ
+    on CPUs with AVX512_BF16 but no AMX); explicit choices are kept as asked."""
     check_precision(precision)
     if precision != "auto":
         return precision
     kind = torch.device(device).type
     if kind == "cuda":
         return "bf16"
-    if kind == "cpu" and cpu_capability().fast_bf16:
+    cap = cpu_capability() if kind == "cpu" else None
+    if cap is not None and (cap.fast_bf16_training if training else cap.fast_bf16):
         return "bf16"
     return "fp32"
 
 
-def why(precision: str, device: torch.device | str) -> str:
+def why(precision: str, device: torch.device | str, *, training: bool = False) -> str:
     """A short reason for the resolved precision, for the one line a command prints."""
     kind = torch.device(device).type
     if kind == "cuda":
@@ -136,6 +148,8 @@ def why(precision: str, device: torch.device | str) -> str:
     cap = cpu_capability()
     if precision == "bf16":
         return "CPU with AMX" if cap.amx else ("CPU with AVX512_BF16" if cap.avx512_bf16 else "asked for; no bf16 unit found, expect it slower than fp32")
+    if training and cap.avx512_bf16 and not cap.amx:
+        return "AVX512_BF16 without AMX: bf16 training not measured faster; --precision bf16 to try"
     return "asked for" if cap.fast_bf16 else "no AMX / AVX512_BF16 on this CPU"
 
 

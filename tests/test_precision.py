@@ -42,13 +42,15 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------------- policy (mocked machines)
 @pytest.mark.parametrize(
-    "cap, expected",
-    [(_cpu(), "fp32"), (_cpu(amx=True), "bf16"), (_cpu(avx512_bf16=True), "bf16"), (_cpu(amx=True, avx512_bf16=True), "bf16")],
+    "cap, inference, training",
+    [(_cpu(), "fp32", "fp32"), (_cpu(amx=True), "bf16", "bf16"), (_cpu(avx512_bf16=True), "bf16", "fp32"),
+     (_cpu(amx=True, avx512_bf16=True), "bf16", "bf16")],
 )
-def test_auto_precision_follows_the_cpu_units(monkeypatch, cap, expected):
+def test_auto_precision_follows_the_cpu_units(monkeypatch, cap, inference, training):
     monkeypatch.setattr(precision_mod, "cpu_capability", lambda: cap)
-    assert resolve_precision("auto", "cpu") == expected
-    assert resolve_precision("auto", "cuda") == "bf16"  # device type only; no GPU needed
+    assert resolve_precision("auto", "cpu") == inference
+    assert resolve_precision("auto", "cpu", training=True) == training
+    assert resolve_precision("auto", "cuda") == resolve_precision("auto", "cuda", training=True) == "bf16"  # no GPU needed
     assert resolve_precision("fp32", "cpu") == "fp32" and resolve_precision("bf16", "cpu") == "bf16"
     with pytest.raises(ClZooError, match="unknown precision"):
         resolve_precision("fp8", "cpu")

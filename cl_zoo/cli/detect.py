@@ -86,7 +86,7 @@ def _detectron2(preset_name: str, model: str, output: str, num_gpus: int, dry_ru
 @click.option("--dry-run", is_flag=True, help="detectron2 engine: print the command only.")
 @click.option("--no-progress", is_flag=True)
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
-              help="torchvision engine: auto is bf16 autocast on CUDA and on CPUs with AMX or AVX512_BF16, else fp32.")
+              help="torchvision engine: auto is bf16 autocast on CUDA and on CPUs with AMX, else fp32.")
 @click.argument("extra", nargs=-1)
 def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str | None, data: tuple[str, ...],
                    val_data: str | None, train_split: str | None, val_split: str | None, head: str | None, norm: str,

@@ -60,7 +60,7 @@ class DetectionConfig:
     workers: int = 4
     seed: int = 0
     val_limit: int | None = None  # evaluate only the first N validation images (quick checks)
-    # auto: bf16 autocast on CUDA and on CPUs with AMX / AVX512_BF16 (cl_zoo.precision); weights,
+    # auto: bf16 autocast on CUDA and on CPUs with AMX (cl_zoo.precision, training); weights,
     # optimizer state and the summed loss stay float32, detections come back float32.
     precision: str = "auto"
 
@@ -178,13 +178,13 @@ def train_detector(
     from cl_zoo.precision import autocast, resolve_precision
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    precision = resolve_precision(cfg.precision, device)
+    precision = resolve_precision(cfg.precision, device, training=True)
     if precision == "fp16" and device.type != "cuda":
         raise ClZooError("fp16 needs CUDA (loss scaling); use bf16, auto or fp32 on the CPU")
     if progress:
         from cl_zoo.precision import why
 
-        print(f"precision: {precision} ({why(precision, device)}; requested {cfg.precision})", flush=True)
+        print(f"precision: {precision} ({why(precision, device, training=True)}; requested {cfg.precision})", flush=True)
     if cfg.batch_size < 1 or cfg.max_iter < 0:
         raise ClZooError("batch size must be >= 1 and max_iter >= 0")
     if list(cfg.steps) != sorted(cfg.steps):

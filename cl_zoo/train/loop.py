@@ -247,14 +247,14 @@ class Trainer:
                 print("note: SyncBatchNorm needs CUDA; BatchNorm statistics stay per process on CPU")
         from cl_zoo.precision import resolve_precision, why
 
-        precision = resolve_precision(r.precision, env.device)
+        precision = resolve_precision(r.precision, env.device, training=True)
         if precision == "fp16" and env.device.type != "cuda":
             if env.is_main:
                 print("note: fp16 autocast needs CUDA (loss scaling); this CPU run uses fp32")
             precision = "fp32"
         self.precision = precision
         if env.is_main:
-            print(f"precision: {precision} ({why(precision, env.device)}; requested {r.precision})", flush=True)
+            print(f"precision: {precision} ({why(precision, env.device, training=True)}; requested {r.precision})", flush=True)
         saved = (self.state or {}).get("precision")
         if saved and saved != precision and env.is_main:
             print(f"note: this run trained in {saved} and continues in {precision}; weights and optimizer state are "

@@ -89,7 +89,7 @@ class Recipe:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     epochs: int = 200
     batch_size: int = 256
-    # auto: bf16 on CUDA and on CPUs with AMX / AVX512_BF16, else fp32 (cl_zoo.precision); the
+    # auto: bf16 on CUDA and on CPUs with AMX, else fp32 (cl_zoo.precision); the
     # precision that actually ran is recorded in the checkpoint and the exported config.
     precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     sync_bn: bool | None = None  # None: the method's default (MoCo-style methods: true)
