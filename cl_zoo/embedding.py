@@ -323,7 +323,10 @@ def _autocast(device: torch.device, precision: str):  # noqa: ANN202 - a context
 
 
 def _default_workers() -> int:
-    return min(4, os.cpu_count() or 1)
+    """Decode processes: the cores this process may use (affinity/cpuset, not the machine's count), at most 4."""
+    from cl_zoo.precision import usable_cores
+
+    return min(4, usable_cores())
 
 
 def extract_features(
