@@ -11,11 +11,10 @@ units, doubles or triples their throughput; its 8-bit mantissa moves pooled feat
 * CPU with AVX512_BF16 but no AMX (e.g. AMD Zen 4/5): bf16 for inference (embedding, evaluation,
   detection inference), fp32 for training. Measured on a 2-core AMD EPYC (Zen 5, ``avx512_bf16``,
   no AMX), ResNet-50 inference, same batch: torch fp32 6.3 images/s, torch bf16 autocast 9.4
-  (1.5x), OpenVINO f32 11.4, OpenVINO bf16 19.0 (3.0x); min cosine to fp32 0.99999. Training
-  (forward + backward, ResNet-18 x0.5 at 64 px) on the same machine, shared with other jobs, was
-  inconclusive: from 0.4x to 4x fp32 between runs, so ``auto`` keeps training in fp32 there until
-  ``benchmarks/pretrain_throughput.py --compare-precision`` shows a gain on a quiet machine;
-  ``--precision bf16`` runs it anyway.
+  (1.5x), OpenVINO f32 11.4, OpenVINO bf16 19.0 (3.0x); min cosine to fp32 0.99999. Training is
+  another matter: ``benchmarks/pretrain_throughput.py --compare-precision`` (Imagenette 64 px
+  recipe, ResNet-18 x0.5, batch 256) ran bf16 at 0.40x and 0.48x fp32's views/s in two runs on the
+  same (shared) machine, so ``auto`` trains in fp32 there; ``--precision bf16`` runs it anyway.
 * any other CPU: fp32. Without hardware bf16 the conversion is emulated and runs slower than fp32.
 
 The detection goes through torch's own probes (``torch.cpu._is_amx_tile_supported``,
