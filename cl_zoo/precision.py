@@ -148,7 +148,7 @@ def why(precision: str, device: torch.device | str, *, training: bool = False) -
     if precision == "bf16":
         return "CPU with AMX" if cap.amx else ("CPU with AVX512_BF16" if cap.avx512_bf16 else "asked for; no bf16 unit found, expect it slower than fp32")
     if training and cap.avx512_bf16 and not cap.amx:
-        return "AVX512_BF16 without AMX: bf16 training not measured faster; --precision bf16 to try"
+        return "AVX512_BF16 without AMX: bf16 training measured slower than fp32 there; --precision bf16 to try"
     return "asked for" if cap.fast_bf16 else "no AMX / AVX512_BF16 on this CPU"
 
 
