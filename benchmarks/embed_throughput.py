@@ -1,25 +1,37 @@
-"""Images/s of cl-zoo's embedding loop against a straightforward torchvision pipeline.
+"""Images/s of ``cl-zoo embed``'s loop against a plain torchvision fp32 pipeline, end to end from JPEGs.
 
-Both run in the same process on the same photos (the 255 real ImageNet photos of
-``../shared/datasets/imagenet-samples.tar.gz``, repeated to ``--count``), with the same model,
-batch size, DataLoader workers and device. The baseline is what one would write by hand:
-an ImageFolder-style dataset with a full PIL decode, ``Resize`` + ``CenterCrop`` + ``ToTensor`` +
-``Normalize`` per image, ``model.eval()`` under ``torch.no_grad()``. Runs alternate
-(baseline, cl-zoo, baseline, ...) so that load from other processes hits both alike.
+Everything runs in one process on the same photos (the 255 real ImageNet photos of
+``../shared/datasets/imagenet-samples.tar.gz``, repeated to ``--count``), with the same model
+(ResNet-50 at 224 px, seeded random weights), batch size, DataLoader workers and device:
 
-    python benchmarks/embed_throughput.py --count 512 --batch 32 --workers 2 --device cpu
+* baseline: what one writes by hand: full PIL decode, ``Resize`` + ``CenterCrop`` + ``ToTensor`` +
+  ``Normalize`` per image, ``model.eval()`` under ``torch.no_grad()``, fp32;
+* cl-zoo defaults: ``extract_features(precision="auto", backend="auto")``, what ``cl-zoo embed``
+  runs (bf16 on AMX / AVX512_BF16 CPUs, OpenVINO when installed);
+* every engine separately: torch fp32, torch bf16, OpenVINO fp32, OpenVINO bf16, each with the
+  minimum per-image cosine of its features to cl-zoo's torch fp32 features;
+* where the time goes: decoding alone (cl-zoo's draft-mode decode vs the baseline's full decode)
+  and the model alone on a decoded batch.
+
+The OpenVINO conversion is a one-time cost (cached per weights and input size); it is done and
+timed before the timed runs and printed on its own line. Prints the CPU model and its bf16 units
+first, ratios last.
+
+    python benchmarks/embed_throughput.py                       # CPU, ~3-5 minutes on 2 cores
+    python benchmarks/embed_throughput.py --count 512 --device cuda
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
-import statistics
 import sys
 import tarfile
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 from PIL import Image
 from torchvision import transforms as T
@@ -28,8 +40,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import cl_zoo  # noqa: E402
+from cl_zoo.backends import openvino_available  # noqa: E402
 from cl_zoo.data.images import discover_images  # noqa: E402
-from cl_zoo.embedding import extract_features, resolve_device  # noqa: E402
+from cl_zoo.embedding import Preprocess, _collate, _default_workers, _ImageList, extract_features, resolve_device  # noqa: E402
+from cl_zoo.precision import cpu_capability  # noqa: E402
 
 
 class BaselineDataset(torch.utils.data.Dataset):
@@ -45,13 +59,15 @@ class BaselineDataset(torch.utils.data.Dataset):
         return self.transform(img)
 
 
-def baseline(model: torch.nn.Module, paths: list[str], batch: int, workers: int, device: torch.device) -> float:
+def baseline_transform(model: torch.nn.Module) -> T.Compose:
     cfg = model.pretrained_cfg
-    tf = T.Compose(
-        [T.Resize(cfg.resize_size), T.CenterCrop(cfg.input_size[1:]), T.ToTensor(), T.Normalize(cfg.mean, cfg.std)]
-    )
+    return T.Compose([T.Resize(cfg.resize_size), T.CenterCrop(cfg.input_size[1:]), T.ToTensor(), T.Normalize(cfg.mean, cfg.std)])
+
+
+def baseline(model: torch.nn.Module, paths: list[str], batch: int, workers: int, device: torch.device) -> float:
     loader = torch.utils.data.DataLoader(
-        BaselineDataset(paths, tf), batch_size=batch, num_workers=workers, pin_memory=device.type == "cuda"
+        BaselineDataset(paths, baseline_transform(model)), batch_size=batch, num_workers=workers,
+        pin_memory=device.type == "cuda",
     )
     net = model.to(device).eval()
     start = time.perf_counter()
@@ -65,15 +81,23 @@ def baseline(model: torch.nn.Module, paths: list[str], batch: int, workers: int,
     return n / (time.perf_counter() - start)
 
 
-def ours(model: torch.nn.Module, paths: list[str], batch: int, workers: int, device: torch.device, precision: str) -> float:
+def ours(model, paths, batch, workers, device, precision, backend):  # noqa: ANN001, ANN201
     start = time.perf_counter()
-    result = extract_features(model, paths, batch_size=batch, workers=workers, device=device, precision=precision)
+    result = extract_features(model, paths, batch_size=batch, workers=workers, device=device, precision=precision, backend=backend)
     assert len(result.paths) == len(paths), result.failures[:3]
-    return len(paths) / (time.perf_counter() - start)
+    return len(paths) / (time.perf_counter() - start), result
+
+
+def decode_only(dataset: torch.utils.data.Dataset, batch: int, workers: int, collate=None) -> float:  # noqa: ANN001
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=workers, collate_fn=collate)
+    start = time.perf_counter()
+    n = 0
+    for item in loader:
+        n += len(item[0]) if isinstance(item, (tuple, list)) else len(item)
+    return n / (time.perf_counter() - start)
 
 
 def cpu_seconds() -> float:
-    """User+system time of this process and its reaped children (the DataLoader workers)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
@@ -89,47 +113,91 @@ def photo_paths(archive: Path, count: int, cache: Path) -> list[str]:
     return [photos[i % len(photos)] for i in range(count)]
 
 
+def min_cosine(a: np.ndarray, b: np.ndarray) -> float:
+    return float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--archive", type=Path, default=REPO.parent / "shared" / "datasets" / "imagenet-samples.tar.gz")
     parser.add_argument("--cache", type=Path, default=Path("/tmp/cl-zoo-test-data"))
-    parser.add_argument("--model", default="resnet50", help="architecture (random weights)")
-    parser.add_argument("--count", type=int, default=512, help="images per run (photos repeated)")
+    parser.add_argument("--model", default="resnet50", help="architecture (seeded random weights)")
+    parser.add_argument("--count", type=int, default=256, help="images per run (photos repeated)")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=None, help="DataLoader workers for every pipeline (default: cl-zoo's)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="fp32", help="cl-zoo side only (bf16/fp16 autocast on CUDA)")
-    parser.add_argument("--repeats", type=int, default=1, help="alternating runs of each pipeline")
+    parser.add_argument("--engines", default="all", help="'all' or 'none': also time each backend/precision separately")
     args = parser.parse_args()
     if not args.archive.is_file():
         print(f"needs {args.archive}", file=sys.stderr)
         return 2
     device = resolve_device(args.device)
+    workers = _default_workers() if args.workers is None else args.workers
     paths = photo_paths(args.archive, args.count, args.cache)
+    torch.manual_seed(0)
     model = cl_zoo.create_model(args.model).eval()
-    print(
-        f"{args.model} {model.pretrained_cfg.input_size[1]}px, {len(paths)} images, batch {args.batch}, "
-        f"workers {args.workers}, device {device}, torch threads {torch.get_num_threads()}"
-    )
-    if device.type == "cuda":  # warm up kernels/cudnn autotuning outside the timed runs
+    cap = cpu_capability()
+    try:
+        load = "load average %.2f %.2f %.2f" % os.getloadavg()
+    except OSError:
+        load = "load average unknown"
+    ov = "not installed"
+    if openvino_available():
+        import openvino
+
+        ov = openvino.__version__
+    print(f"cpu: {cap.describe()}; AMX {'yes' if cap.amx else 'no'}, AVX512_BF16 {'yes' if cap.avx512_bf16 else 'no'}; {load}")
+    print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), openvino {ov}")
+    print(f"{args.model} {model.pretrained_cfg.input_size[1]}px, {len(paths)} JPEGs end to end, batch {args.batch}, "
+          f"{workers} decode workers, device {device}")
+
+    engines = [("fp32", "torch"), ("bf16", "torch")]
+    if device.type == "cpu" and openvino_available():
+        engines += [("fp32", "openvino"), ("bf16", "openvino")]
+        for prec in ("fp32", "bf16"):  # one-time conversion/compilation, outside the timed runs
+            start = time.perf_counter()
+            warm = extract_features(model, paths[:2], batch_size=2, workers=0, device=device, precision=prec, backend="openvino")
+            print(f"openvino {prec}: {warm.backend_reason} in {time.perf_counter() - start:.1f} s (one time, cached)")
+    if device.type == "cuda":
         baseline(model, paths[: args.batch * 2], args.batch, 0, device)
-        ours(model, paths[: args.batch * 2], args.batch, 0, device, args.precision)
-    base_rates, our_rates, base_cpu, our_cpu = [], [], [], []
-    for r in range(args.repeats):
-        for name, rates, cpus, run in (
-            ("baseline", base_rates, base_cpu, lambda: baseline(model, paths, args.batch, args.workers, device)),
-            ("cl-zoo  ", our_rates, our_cpu, lambda: ours(model, paths, args.batch, args.workers, device, args.precision)),
-        ):
+        extract_features(model, paths[: args.batch * 2], batch_size=args.batch, workers=0, device=device)
+
+    # Where the time goes: decoding alone (both pipelines) and the model alone.
+    pre = Preprocess.from_model(model)
+    dec_ours = decode_only(_ImageList(paths, pre), args.batch, workers, _collate)
+    dec_base = decode_only(BaselineDataset(paths, baseline_transform(model)), args.batch, workers)
+    print(f"decode only ({workers} workers): cl-zoo draft decode {dec_ours:.1f} images/s, baseline full decode {dec_base:.1f} images/s")
+
+    rows: list[tuple[str, float, float, str]] = []
+    before = cpu_seconds()
+    base = baseline(model, paths, args.batch, workers, device)
+    print(f"baseline torchvision fp32: {base:.2f} images/s, {(cpu_seconds() - before) / len(paths) * 1000:.0f} CPU-ms/image", flush=True)
+    before = cpu_seconds()
+    default_rate, default_result = ours(model, paths, args.batch, workers, device, "auto", "auto")
+    chosen = (default_result.precision, default_result.backend)
+    print(f"cl-zoo defaults ({chosen[1]} {chosen[0]}: {default_result.backend_reason}): {default_rate:.2f} images/s, "
+          f"{(cpu_seconds() - before) / len(paths) * 1000:.0f} CPU-ms/image", flush=True)
+    features = {chosen: default_result.features}
+    rates = {chosen: default_rate}
+    if args.engines == "all":
+        for prec, backend in engines:
+            if (prec, backend) == chosen:
+                continue
             before = cpu_seconds()
-            rates.append(run())
-            cpus.append((cpu_seconds() - before) / len(paths))
-            print(f"run {r + 1}: {name} {rates[-1]:.2f} images/s, {cpus[-1] * 1000:.0f} CPU-ms/image", flush=True)
-    b, o = statistics.median(base_rates), statistics.median(our_rates)
-    bc, oc = statistics.median(base_cpu), statistics.median(our_cpu)
-    # CPU time per image (this process and its DataLoader workers) is the figure that other load on
-    # a shared machine disturbs least; images/s is the one that matters on a dedicated one.
-    print(f"baseline {b:.2f} images/s, cl-zoo {o:.2f} images/s, ratio {o / b:.2f}x "
-          f"(CPU per image: baseline {bc * 1000:.0f} ms, cl-zoo {oc * 1000:.0f} ms, ratio {bc / oc:.2f}x)")
+            rate, result = ours(model, paths, args.batch, workers, device, prec, backend)
+            features[(prec, backend)], rates[(prec, backend)] = result.features, rate
+            print(f"cl-zoo {backend} {prec}: {rate:.2f} images/s, {(cpu_seconds() - before) / len(paths) * 1000:.0f} CPU-ms/image", flush=True)
+    ref = features.get(("fp32", "torch"))
+    print("summary (ratios against the torchvision fp32 baseline measured above):")
+    for (prec, backend), rate in rates.items():
+        cos = f", min cosine to torch fp32 {min_cosine(ref, features[(prec, backend)]):.6f}" if ref is not None else ""
+        tag = " [cl-zoo defaults]" if (prec, backend) == chosen else ""
+        print(f"  {backend:>8} {prec}: {rate:7.2f} images/s, ratio {rate / base:.2f}x{cos}{tag}")
+    try:
+        load = "load average %.2f %.2f %.2f" % os.getloadavg()
+    except OSError:
+        pass
+    print(f"ratio cl-zoo defaults / baseline: {default_rate / base:.2f}x ({load} at the end)")
     return 0
 
 

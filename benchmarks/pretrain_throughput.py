@@ -12,6 +12,13 @@ optimizer step, momentum update) on the same images; only the input pipeline dif
 Prints images/s (and views/s: images x views) for both, their ratio, and the step's achieved
 TFLOP/s (FLOPs of one forward+backward counted by ``torch.utils.flop_counter``).
 
+``--compare-precision`` instead trains the same steps twice from the same seed with the trainer's
+in-memory pipeline, once in fp32 and once in ``auto`` (bf16 where the CPU has AMX or AVX512_BF16),
+and prints the CPU, its bf16 units, views/s of both, their ratio and the loss after every step:
+
+    # CPU, the issue-12 setting (Imagenette 64 px recipe, a few minutes on 2 cores):
+    python benchmarks/pretrain_throughput.py --compare-precision
+
     # GPU, the issue's setting (ResNet-18 CIFAR stem, CIFAR-10, 2 views, batch 512):
     python benchmarks/pretrain_throughput.py --method dcl --data ../shared/datasets/cifar10-jpeg.tar.gz
     # CPU, small:
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -85,7 +93,7 @@ def load_images(args: argparse.Namespace, size: int) -> np.ndarray:
 
 def step_fn(method, optimizer, device: torch.device, amp: bool, dtype: torch.dtype):
     """The trainer's step: forward+loss under autocast, backward, optimizer, momentum update."""
-    channels_last = device.type == "cuda"
+    channels_last = device.type == "cuda" or (amp and dtype == torch.bfloat16)  # as Trainer._prepare_model
 
     def step(index: torch.Tensor, views: list[torch.Tensor], progress: float) -> torch.Tensor:
         if channels_last:
@@ -137,6 +145,62 @@ def count_step_flops(method, views: list[torch.Tensor], index: torch.Tensor, amp
     return counter.get_total_flops()
 
 
+def compare_precisions(args: argparse.Namespace) -> None:
+    """fp32 vs auto on the same images, seed and steps: views/s and the loss trajectory."""
+    from cl_zoo.precision import cpu_capability, resolve_precision, why
+    from cl_zoo.train.launch import resolve_device
+
+    device = resolve_device(args.device)
+    recipe = Recipe.load(args.recipe or "dcl_imagenette64_cpu")
+    overrides = {"batch_size": args.batch_size if args.batch_size != 512 else None, "data.image_size": args.image_size}
+    for item in args.sets:
+        key, _, value = item.partition("=")
+        overrides[key] = yaml.safe_load(value)
+    recipe = recipe.with_overrides(overrides)
+    size, batch = recipe.data.image_size, recipe.batch_size
+    shared = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "imagenette128-train.tar.gz"
+    if args.data is None and shared.is_file():
+        args.data = str(shared)  # the recipe's own data when this checkout sits beside the shared datasets
+    if args.images == 0:
+        args.images = 4 * batch
+    images = torch.from_numpy(load_images(args, size))
+    auto = resolve_precision("auto", device, training=True)
+    cap = cpu_capability()
+    print(f"cpu: {cap.describe()}; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"auto resolves to {auto} for training on {device.type} ({why(auto, device, training=True)})")
+    print(f"{recipe.method} {recipe.arch} {recipe.model_args or ''} {size}px batch {batch}, {len(images)} images, "
+          f"{args.steps} timed steps after {args.warmup} warm-up, seed {recipe.seed}")
+    results = {}
+    for precision in ("fp32", auto) if auto != "fp32" else ("fp32", "bf16"):
+        torch.manual_seed(recipe.seed)
+        method = build_method_from_recipe(recipe).to(device)
+        amp = precision != "fp32"
+        if device.type == "cuda" or precision == "bf16":
+            method.to(memory_format=torch.channels_last)
+        configs = augment_configs(method.view_config.presets(), size)
+        optimizer = build_optimizer(recipe, method.parameter_groups(recipe.optim.weight_decay))
+        step = step_fn(method, optimizer, device, amp, torch.bfloat16)
+        method.train()
+        batches = forever(InMemoryBatches(images.to(device), configs, batch, 0, 1, recipe.seed).epoch)
+        losses = []
+        for _ in range(args.warmup):
+            index, views = next(batches)
+            losses.append(step(index, views, 0.0).item())
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            index, views = next(batches)
+            losses.append(step(index, views, 0.0).item())
+        seconds = time.perf_counter() - start
+        vps = args.steps * batch * method.num_views / seconds
+        results[precision] = (vps, losses)
+        label = precision + (" (auto)" if precision == auto else "")
+        print(f"{label:>12}: {vps:8.1f} views/s; loss after each step: {' '.join(f'{v:.4f}' for v in losses)}")
+    (base, base_loss), (fast, fast_loss) = results["fp32"], results[[k for k in results if k != "fp32"][0]]
+    other = [k for k in results if k != "fp32"][0]
+    print(f"ratio {other}/fp32: {fast / base:.2f}x views/s; final loss fp32 {base_loss[-1]:.4f} vs {other} {fast_loss[-1]:.4f} "
+          f"(max |diff| over steps {max(abs(a - b) for a, b in zip(base_loss, fast_loss)):.4f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--recipe", help="recipe YAML (default: recipes/<method>_cifar10.yaml if it exists)")
@@ -150,11 +214,19 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--workers", type=int, default=8, help="baseline DataLoader workers")
     ap.add_argument("--device", default="auto")
-    ap.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default=None)
+    ap.add_argument("--precision", choices=["auto", "bf16", "fp16", "fp32"], default=None)
+    ap.add_argument("--compare-precision", action="store_true",
+                    help="fp32 vs auto on the CPU recipe (dcl_imagenette64_cpu unless --recipe): views/s and losses")
     ap.add_argument("--compile", action="store_true", help="torch.compile the backbone (both loops)")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     args = ap.parse_args()
+    if args.compare_precision:
+        if args.steps == 30 and args.warmup == 5:  # the GPU defaults; a CPU comparison needs far fewer
+            args.steps, args.warmup = 8, 2
+        compare_precisions(args)
+        return
 
+    from cl_zoo.precision import resolve_precision
     from cl_zoo.train.launch import resolve_device
     from cl_zoo.train.recipe import RECIPES_DIR
 
@@ -168,14 +240,15 @@ def main() -> None:
         overrides[key] = yaml.safe_load(value)
     recipe = recipe.with_overrides(overrides)
     size, batch = recipe.data.image_size, recipe.batch_size
-    amp = device.type == "cuda" and recipe.precision != "fp32"
-    dtype = torch.bfloat16 if recipe.precision == "bf16" else torch.float16
+    precision = resolve_precision(recipe.precision, device, training=True)
+    amp = precision == "bf16" or (device.type == "cuda" and precision == "fp16")
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
     if device.type == "cpu":
         torch.set_num_threads(max(1, args.workers))
 
     torch.manual_seed(recipe.seed)
     method = build_method_from_recipe(recipe).to(device)
-    if device.type == "cuda":
+    if device.type == "cuda" or (amp and dtype == torch.bfloat16):
         method.to(memory_format=torch.channels_last)
     if recipe.compile:
         method.backbone.compile()
@@ -212,7 +285,7 @@ def main() -> None:
     views_n = method.num_views
     dev_name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
     print(f"{recipe.method} {recipe.arch} {recipe.model_args or ''} {size}px batch {batch} x {views_n} views, "
-          f"{recipe.precision if amp else 'fp32'}, {dev_name}, {args.steps} timed steps after {args.warmup} warm-up")
+          f"{precision if amp else 'fp32'}, {dev_name}, {args.steps} timed steps after {args.warmup} warm-up")
     print(f"baseline (torchvision PIL + DataLoader, {args.workers} workers): {base_ips:,.0f} images/s "
           f"({base_ips * views_n:,.0f} views/s)")
     print(f"cl-zoo (in-memory, device augmentations):   {ours_ips:,.0f} images/s ({ours_ips * views_n:,.0f} views/s)")

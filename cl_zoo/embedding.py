@@ -9,7 +9,9 @@ k-NN and linear evaluation), so its choices matter everywhere:
   survives the centre crop, then hand back uint8 arrays: a quarter of the bytes of float32, and the
   float conversion and normalisation happen once per batch on the device;
 * the model runs in ``inference_mode``, channels-last, with BatchNorm folded into convolutions
-  (exact up to float rounding) and, on CUDA, under bf16/fp16 autocast when asked;
+  (exact up to float rounding), under bf16 autocast where the hardware makes it faster
+  (``precision="auto"``: CUDA, and CPUs with AMX or AVX512_BF16; see :mod:`cl_zoo.precision`),
+  or compiled by OpenVINO (``backend``, see :mod:`cl_zoo.backends`); features are float32 either way;
 * the path list is cut into fixed chunks of whole batches. A chunk is the unit of progress files
   (``progress_dir``), of ``--resume`` and of ``torchrun`` sharding, and because batches never
   straddle chunks, a resumed or sharded run computes exactly the batches an uninterrupted single
@@ -41,8 +43,7 @@ from cl_zoo.data.images import ImageDecodeError, discover_images, load_image
 from cl_zoo.data.workers import default_workers
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.fileio import atomic_path, atomic_write_text
-
-PRECISIONS = ("fp32", "bf16", "fp16")
+from cl_zoo.precision import PRECISIONS
 _INTERPOLATION = {
     "nearest": Image.Resampling.NEAREST,
     "bilinear": Image.Resampling.BILINEAR,
@@ -224,6 +225,9 @@ class FeatureResult:
     seconds: float = 0.0  # wall time of this call
     computed: int = 0  # images decoded and embedded by this call (not restored from progress)
     resumed: int = 0  # images restored from progress files
+    precision: str = "fp32"  # what ran: fp32, bf16 or fp16 ("auto" resolved)
+    backend: str = "torch"  # what ran: torch or openvino
+    backend_reason: str = ""  # why that backend (printed once by commands)
 
     @property
     def images_per_second(self) -> float:
@@ -276,15 +280,16 @@ def _load_chunk(folder: Path, k: int) -> _Chunk | None:
         return None  # a damaged part is simply recomputed
 
 
-def _manifest(paths: Sequence[str], model: nn.Module, preprocess: Preprocess, batch_size: int, chunk_size: int, precision: str, device: torch.device) -> dict[str, Any]:
+def _manifest(paths: Sequence[str], model: nn.Module, preprocess: Preprocess, batch_size: int, chunk_size: int, precision: str, device: torch.device, backend: str = "torch", fingerprint: str | None = None) -> dict[str, Any]:
     return {
         "count": len(paths),
         "paths_sha256": hashlib.sha256("\n".join(paths).encode()).hexdigest(),
-        "model_sha256": model_fingerprint(model),
+        "model_sha256": fingerprint or model_fingerprint(model),
         "preprocess": [preprocess.resize_size, list(preprocess.crop_size), preprocess.interpolation, list(preprocess.mean), list(preprocess.std)],
         "batch_size": batch_size,
         "chunk_size": chunk_size,
         "precision": precision,
+        "backend": backend,
         "device_type": device.type,
     }
 
@@ -353,10 +358,9 @@ def _open_progress(folder: Path, manifest: dict[str, Any], resume: bool, force: 
 
 
 def _autocast(device: torch.device, precision: str):  # noqa: ANN202 - a context manager
-    if precision == "fp32":
-        return torch.autocast(device.type, enabled=False)
-    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-    return torch.autocast(device.type, dtype=dtype)
+    from cl_zoo.precision import autocast
+
+    return autocast(device, precision)
 
 
 def extract_features(
@@ -367,6 +371,7 @@ def extract_features(
     device: str | torch.device = "auto",
     workers: int | None = None,
     precision: str = "fp32",
+    backend: str = "torch",
     progress: bool = False,
     progress_dir: str | os.PathLike[str] | None = None,
     resume: bool = False,
@@ -382,6 +387,10 @@ def extract_features(
     (``WORLD_SIZE`` > 1) it is required, each rank embeds every ``WORLD_SIZE``-th chunk and all
     ranks return the merged result. ``max_batches`` stops the call with ``KeyboardInterrupt``
     after that many batches (how tests interrupt a run).
+
+    ``precision`` (``auto``, ``fp32``, ``bf16``, ``fp16``) and ``backend`` (``auto``, ``torch``,
+    ``openvino``) are resolved for the device (:mod:`cl_zoo.precision`, :mod:`cl_zoo.backends`);
+    the result says what ran. A model OpenVINO cannot convert runs on torch with a one-line warning.
     """
     start = time.perf_counter()
     paths = [os.fspath(p) for p in paths]
@@ -399,6 +408,13 @@ def extract_features(
     if world > 1 and progress_dir is None:
         raise ClZooError("embedding under torchrun needs a progress folder shared by all ranks (an output path)")
     preprocess = Preprocess.from_model(model)
+    # The weights digest names progress files and the OpenVINO cache entry; skip it when neither is used.
+    fingerprint = model_fingerprint(model) if progress_dir is not None or backend != "torch" else None
+    precision, choice = resolve_engine(model, dev, precision, backend, len(paths), fingerprint)
+    runner, backend_name, backend_reason = None, choice.name, choice.reason
+    if choice.name == "openvino" and len(paths):
+        runner, backend_reason = _openvino_runner(model, fingerprint or model_fingerprint(model), preprocess, precision)
+        backend_name = "openvino" if runner is not None else "torch"
     chunk_batches = chunk_batches or max(1, 1024 // batch_size)
     chunk_size = batch_size * chunk_batches
     n_chunks = math.ceil(len(paths) / chunk_size)
@@ -406,7 +422,8 @@ def extract_features(
     folder = Path(progress_dir) if progress_dir is not None else None
     done: dict[int, _Chunk] = {}
     if folder is not None:
-        _open_progress(folder, _manifest(paths, model, preprocess, batch_size, chunk_size, precision, dev), resume, force, rank, world)
+        manifest = _manifest(paths, model, preprocess, batch_size, chunk_size, precision, dev, backend_name, fingerprint)
+        _open_progress(folder, manifest, resume, force, rank, world)
         if resume:
             for k in range(n_chunks):
                 chunk = _load_chunk(folder, k)
@@ -423,7 +440,7 @@ def extract_features(
     if batches:
         computed = _run_batches(
             model, paths, batches, todo, chunk_size, done, folder, preprocess, dev, workers, precision,
-            fuse, max_batches, progress and rank == 0, resumed,
+            fuse, max_batches, progress and rank == 0, resumed, runner=runner,
         )
     _barrier(world)
     if world > 1:
@@ -435,7 +452,51 @@ def extract_features(
                     raise DataError(f"progress file for chunk {k} is missing in {folder} after all ranks finished")
                 done[k] = chunk
         _barrier(world)  # every rank has read every part before rank 0 may delete them
-    return _assemble(paths, done, n_chunks, time.perf_counter() - start, computed, resumed)
+    result = _assemble(paths, done, n_chunks, time.perf_counter() - start, computed, resumed)
+    result.precision, result.backend, result.backend_reason = precision, backend_name, backend_reason
+    return result
+
+
+def resolve_engine(
+    model: nn.Module, device: str | torch.device, precision: str, backend: str, images: int, fingerprint: str | None = None
+) -> tuple[str, Any]:
+    """(resolved precision, :class:`~cl_zoo.backends.BackendChoice`) for embedding ``images`` files.
+
+    What :func:`extract_features` will run, before it runs: the feature cache keys on it.
+    """
+    from cl_zoo.backends import resolve_backend
+    from cl_zoo.precision import resolve_precision
+
+    dev = resolve_device(device)
+    resolved = resolve_precision(precision, dev)
+    cached = False
+    if backend == "auto" and dev.type == "cpu":
+        from cl_zoo.backends import openvino_available
+
+        if openvino_available():
+            from cl_zoo.backends.openvino import is_cached
+
+            pre = Preprocess.from_model(model)
+            cached = is_cached(fingerprint or model_fingerprint(model), pre.crop_size, pre.mean, pre.std)
+    return resolved, resolve_backend(backend, dev, resolved, images=images, cached=cached)
+
+
+def _openvino_runner(model: nn.Module, fingerprint: str, preprocess: Preprocess, precision: str) -> tuple[Any, str]:
+    """The compiled OpenVINO model, or ``None`` and why (warned once) when it cannot convert."""
+    from cl_zoo.backends.openvino import ConversionError, OpenVINORunner
+    from cl_zoo.precision import usable_cores
+
+    try:
+        runner = OpenVINORunner(
+            model, fingerprint=fingerprint, input_hw=preprocess.crop_size, mean=preprocess.mean, std=preprocess.std,
+            precision=precision, threads=usable_cores(),
+        )
+    except ConversionError as exc:
+        name = getattr(model, "model_name", None) or type(model).__name__
+        reason = f"OpenVINO cannot convert {name} ({exc.reason}); running on torch"
+        warnings.warn(reason, stacklevel=3)
+        return None, reason
+    return runner, "converted now" if runner.converted else "compiled from the cache"
 
 
 def _run_batches(
@@ -454,10 +515,11 @@ def _run_batches(
     max_batches: int | None,
     progress: bool,
     resumed: int,
+    runner: Any = None,
 ) -> int:
     from tqdm import tqdm
 
-    net = prepare_model(model, dev, fuse=fuse)
+    net = prepare_model(model, dev, fuse=fuse) if runner is None else None
     mean = torch.tensor(preprocess.mean, device=dev).view(1, 3, 1, 1) * 255.0
     inv_std = 1.0 / (torch.tensor(preprocess.std, device=dev).view(1, 3, 1, 1) * 255.0)
     loader = torch.utils.data.DataLoader(
@@ -481,7 +543,10 @@ def _run_batches(
             for n, (indices, pixels, failed) in enumerate(loader):
                 if max_batches is not None and n >= max_batches:
                     raise KeyboardInterrupt(f"stopped after {max_batches} batches")
-                if pixels is not None:
+                if pixels is not None and runner is not None:
+                    feats = runner(pixels)  # uint8 NHWC in, float32 [B, D] out; normalisation inside
+                elif pixels is not None:
+                    assert net is not None
                     x = pixels.to(dev, non_blocking=True).permute(0, 3, 1, 2)  # NHWC memory = channels-last
                     x = (x.float() - mean) * inv_std
                     feats = net(x)
@@ -544,7 +609,8 @@ def embed(
     batch_size: int = 64,
     device: str = "auto",
     workers: int | None = None,
-    precision: str = "fp32",
+    precision: str = "auto",
+    backend: str = "auto",
     progress: bool = False,
 ) -> tuple[np.ndarray, list[str]]:
     """Embed image files, folders or path lists; returns float32 ``[N, D]`` and the N paths.
@@ -552,14 +618,16 @@ def embed(
     ``model`` is anything ``cl_zoo.load_model`` accepts (registered name, checkpoint folder or
     file, ``hf-hub:owner/name``) or a model object; ``None`` means the bundled default
     (``cl_zoo.registry.DEFAULT_MODEL``). Files that cannot be decoded are left out with a warning;
-    if none can, :class:`DataError` is raised.
+    if none can, :class:`DataError` is raised. ``precision``/``backend`` ``auto`` pick bf16 and
+    OpenVINO where this machine runs them faster (:func:`extract_features`); features are float32.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files = discover_images(paths)
     net = load_embedding_model(model)
     result = extract_features(
-        net, files, batch_size=batch_size, device=device, workers=workers, precision=precision, progress=progress
+        net, files, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
+        progress=progress,
     )
     if not result.paths:
         raise DataError(f"none of the {len(files)} images could be read (first: {result.failures[0][0]}: {result.failures[0][1]})")
@@ -779,6 +847,7 @@ __all__ = [
     "prepare_model",
     "resolve_model_reference",
     "saved_progress",
+    "resolve_engine",
     "save_embeddings",
     "sidecar",
     "write_failures",

@@ -62,7 +62,7 @@ def test_recipe_types_and_unknown_keys(tmp_path):
         ({"optim": {"lr": "fast"}}, "optim.lr must be a number"),
         ({"epochs": 1.5}, "epochs must be an integer"),
         ({"sync_bn": 1}, "sync_bn must be true or false"),
-        ({"precision": "fp8"}, "precision must be one of bf16, fp16, fp32"),
+        ({"precision": "fp8"}, "precision must be one of auto, bf16, fp16, fp32"),
         ({"schedule": {"milestones": [5, "x"]}}, "schedule.milestones[1] must be an integer"),
         ({"batch_size": 0}, "batch_size must be positive"),
     ]:

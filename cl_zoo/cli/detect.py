@@ -82,6 +82,8 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
               help="detectron2 engine only: processes, one per GPU (default: every visible GPU; 1 on cpu).")
 @click.option("--dry-run", is_flag=True, help="detectron2 engine: print the full train_net.py command only.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (detectron2 prints log lines either way).")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+              help="torchvision engine: auto is bf16 autocast on CUDA and on CPUs with AMX, else fp32.")
 @click.argument("extra", nargs=-1)
 def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str | None, data: tuple[str, ...],
                    val_data: str | None, train_split: str | None, val_split: str | None, head: str | None, norm: str,
@@ -89,7 +91,7 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
                    batch_size: int, lr: float | None, min_size_train: str | None, min_size_test: int | None,
                    max_size: int, rois_per_image: int, proposals_test: int, val_limit: int | None,
                    checkpoint_period: int, workers: int, seed: int, device: str | None, output: str, resume: bool,
-                   num_gpus: int | None, dry_run: bool, no_progress: bool, extra: tuple[str, ...]) -> None:
+                   num_gpus: int | None, dry_run: bool, no_progress: bool, precision: str, extra: tuple[str, ...]) -> None:
     """Fine-tune Faster R-CNN on a backbone and report COCO AP and VOC07 AP50.
 
     With --engine detectron2 every option becomes a detectron2 config override (or is refused), and
@@ -139,6 +141,7 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
         workers=workers if workers is not None else defaults.workers,
         seed=seed,
         val_limit=val_limit,
+        precision=precision,
     )
     tsplit = train_split or (p.train_split if p else "trainval")
     vsplit = val_split or (p.val_split if p else "test")

@@ -26,7 +26,10 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.option("-b", "--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: the usable CPUs, at most 8).")
-@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16", "fp16"]))
+@click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16"]),
+              help="auto: bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32. Features are float32 either way.")
+@click.option("--backend", default="auto", show_default=True, type=click.Choice(["auto", "torch", "openvino"]),
+              help="auto: OpenVINO on CPU when installed (cl-zoo[openvino]) and worth converting, else torch.")
 @click.option("--half", is_flag=True, help="Store float16 instead of float32.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.parts/.")
 @click.option("--force", is_flag=True, help="Discard the saved progress in OUT.parts/ and start over.")
@@ -40,6 +43,7 @@ def embed_command(
     device: str,
     workers: int | None,
     precision: str,
+    backend: str,
     half: bool,
     resume: bool,
     force: bool,
@@ -86,6 +90,7 @@ def embed_command(
             device=device,
             workers=workers,
             precision=precision,
+            backend=backend,
             progress=not quiet,
             progress_dir=parts,
             resume=resume,
@@ -116,14 +121,15 @@ def embed_command(
             f"none of the {len(files)} images could be read; reasons in {failures_csv} "
             f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
         )
-    metadata = {**model_metadata(net, model or DEFAULT_MODEL), **input_metadata(paths)}
+    metadata = {**model_metadata(net, model or DEFAULT_MODEL), **input_metadata(paths),
+                "precision": result.precision, "backend": result.backend}
     save_embeddings(out_path, result.features, result.paths, metadata, half=half)
     shutil.rmtree(parts, ignore_errors=True)
     rate = result.images_per_second
     click.echo(
         f"embedded {len(result.paths)} images ({result.features.shape[1]}-d) into {out_path}, "
         f"skipped {len(result.failures)}, resumed {result.resumed}, "
-        f"{result.seconds:.1f} s, {rate:.1f} images/s",
+        f"{result.seconds:.1f} s, {rate:.1f} images/s ({result.backend} {result.precision}: {result.backend_reason})",
         err=True,
     )
     if result.failures:

@@ -155,6 +155,10 @@ def _common(fn: Callable) -> Callable:
         click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)."),
         click.option("--workers", type=click.IntRange(min=0), default=None, callback=_workers_default,
                      help="Image-decoding worker processes (default: the usable CPUs, at most 8)."),
+        click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+                     help="Feature extraction: auto is bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32."),
+        click.option("--backend", type=click.Choice(["auto", "torch", "openvino"]), default="auto", show_default=True,
+                     help="Feature extraction engine: auto uses OpenVINO on CPU when installed and worth converting."),
         click.option("--no-cache", is_flag=True, help="Recompute features instead of using (and filling) the feature cache."),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--out", "out", default=None, help="Report path (default eval-reports/<task>-<model>-<data>-<protocol>-<sha8>.json)."),
@@ -175,7 +179,8 @@ def _common(fn: Callable) -> Callable:
 @click.option("--metric", type=click.Choice(["cosine", "l2"]), default="cosine", show_default=True)
 def knn_command(model_spec: str, random_init: bool, train: str, test: str, root: str | None, train_split: str | None,
                 test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int,
-                no_cache: bool, seed: int, out: str | None, plot: bool, as_json: bool, progress: bool, k: str,
+                precision: str, backend: str, no_cache: bool, seed: int, out: str | None, plot: bool, as_json: bool,
+                progress: bool, k: str,
                 temperature: float, metric: str) -> None:
     """Weighted kNN (InstDisc vote) top-1/top-5 of a model's frozen features."""
     from cl_zoo.eval.knn import evaluate_knn
@@ -186,7 +191,7 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
     model = _load(model_spec, random_init, seed)
     result = evaluate_knn(
         model, train_data, test_data, ks=ks, temperature=temperature, metric=metric, seed=seed, batch_size=batch_size,
-        device=device, workers=workers, cache=not no_cache, progress=progress,
+        device=device, workers=workers, cache=not no_cache, progress=progress, precision=precision, backend=backend,
         extra_hyperparameters={"per_class": per_class, "random_init": random_init},
     )
     _finish(result, "knn", out, plot, as_json)
@@ -209,7 +214,8 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default=None, help="paper/small-scale: override the optimizer.")
 def linear_eval_command(model_spec: str, random_init: bool, train: str, test: str, root: str | None, train_split: str | None,
                         test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int,
-                        no_cache: bool, seed: int, out: str | None, plot: bool, as_json: bool, progress: bool,
+                        precision: str, backend: str, no_cache: bool, seed: int, out: str | None, plot: bool, as_json: bool,
+                progress: bool,
                         protocol: str, wd_grid: str, val_fraction: float, max_iter: int, epochs: int | None,
                         lr: float | None, milestones: str | None, gamma: float | None, train_batch_size: int | None,
                         momentum: float | None, betas: str | None, weight_decay: float | None, optimizer: str | None) -> None:
@@ -240,7 +246,7 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
     result = evaluate_linear(
         model, train_data, test_data, protocol_name=protocol, seed=seed, overrides=overrides, wd_grid=grid,
         val_fraction=val_fraction, max_iter=max_iter, batch_size=batch_size, device=device, workers=workers,
-        cache=not no_cache, progress=progress, want_test_features=plot,
+        cache=not no_cache, progress=progress, want_test_features=plot, precision=precision, backend=backend,
         extra_hyperparameters={"per_class": per_class, "random_init": random_init},
         log=None if as_json else (lambda line: click.echo(line, err=True)),
     )

@@ -50,7 +50,9 @@ def _parse_set(items: tuple[str, ...]) -> dict[str, object]:
 @click.option("--batch-size", type=int, help="Global batch size (all processes together).")
 @click.option("--lr", type=float, help="Base learning rate (scaled by batch/base_batch when lr_scaling is linear).")
 @click.option("--image-size", type=int, help="Training resolution (images are decoded at this size).")
-@click.option("--precision", type=click.Choice(["bf16", "fp16", "fp32"]), help="Autocast precision on CUDA (CPU runs fp32).")
+@click.option("--precision", type=click.Choice(["auto", "bf16", "fp16", "fp32"]),
+              help="Autocast precision; auto is bf16 on CUDA and on CPUs with AMX, else fp32 "
+              "(fp16 is CUDA-only). Weights, optimizer state, BatchNorm statistics and losses stay float32.")
 @click.option("--knn-every", type=int, help="Run the kNN monitor every N epochs (0: never).")
 @click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="STEPS",
               help="Also checkpoint every STEPS steps inside an epoch, so --resume loses at most that much (0: at epoch ends only).")

@@ -61,6 +61,9 @@ class DetectionConfig:
     workers: int = field(default_factory=default_workers)  # the usable CPUs, at most 8
     seed: int = 0
     val_limit: int | None = None  # evaluate only the first N validation images (quick checks)
+    # auto: bf16 autocast on CUDA and on CPUs with AMX (cl_zoo.precision, training); weights,
+    # optimizer state and the summed loss stay float32, detections come back float32.
+    precision: str = "auto"
 
     @property
     def base_lr(self) -> float:
@@ -128,27 +131,31 @@ def _infinite_batches(dataset: DetectionDataset, cfg: DetectionConfig, start: in
 
 @torch.no_grad()
 def predict(model: nn.Module, data: DetectionData, device: torch.device, batch_size: int = 2,
-            workers: int = 0, progress: bool = False) -> list[dict[str, np.ndarray]]:
-    """Detections for every sample, in original image pixels."""
+            workers: int = 0, progress: bool = False, precision: str = "fp32") -> list[dict[str, np.ndarray]]:
+    """Detections for every sample, in original image pixels (float32 whatever ``precision`` ran)."""
     from tqdm import tqdm
+
+    from cl_zoo.precision import autocast
 
     model.eval()
     loader = torch.utils.data.DataLoader(DetectionDataset(data, train=False), batch_size=batch_size,
                                          collate_fn=collate, num_workers=workers)
     out: list[dict[str, np.ndarray]] = []
     for images, _ in tqdm(loader, desc="evaluate", unit="batch", disable=not progress, leave=False):
-        for det in model([im.to(device) for im in images]):
-            out.append({k: det[k].cpu().numpy() for k in ("boxes", "scores", "labels")})
+        with autocast(device, precision):
+            dets = model([im.to(device) for im in images])
+        for det in dets:
+            out.append({k: (det[k].float() if k != "labels" else det[k]).cpu().numpy() for k in ("boxes", "scores", "labels")})
     return out
 
 
 def evaluate_model(model: nn.Module, data: DetectionData, cfg: DetectionConfig, device: torch.device,
-                   progress: bool = False) -> dict[str, float]:
+                   progress: bool = False, precision: str = "fp32") -> dict[str, float]:
     if cfg.val_limit is not None:
         data = dataclasses.replace(data, samples=data.samples[: cfg.val_limit])
     _set_sizes(model, [cfg.min_size_test])
     detections = predict(model, data, device, batch_size=max(1, min(cfg.batch_size, 4)),
-                         workers=min(cfg.workers, 2), progress=progress)
+                         workers=min(cfg.workers, 2), progress=progress, precision=precision)
     return evaluate_detections(data, detections)
 
 
@@ -169,7 +176,16 @@ def train_detector(
     model_name: str | None = None,
 ) -> DetectionRun:
     """Fine-tune Faster R-CNN on ``train_data`` and evaluate on ``val_data``; see the module doc."""
+    from cl_zoo.precision import autocast, resolve_precision
+
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    precision = resolve_precision(cfg.precision, device, training=True)
+    if precision == "fp16" and device.type != "cuda":
+        raise ClZooError("fp16 needs CUDA (loss scaling); use bf16, auto or fp32 on the CPU")
+    if progress:
+        from cl_zoo.precision import why
+
+        print(f"precision: {precision} ({why(precision, device, training=True)}; requested {cfg.precision})", flush=True)
     if cfg.batch_size < 1 or cfg.max_iter < 0:
         raise ClZooError("batch size must be >= 1 and max_iter >= 0")
     if list(cfg.steps) != sorted(cfg.steps):
@@ -204,6 +220,9 @@ def train_detector(
                 raise CheckpointError(f"cannot resume from {ckpt_path}: {str(exc).splitlines()[0]}") from exc
             if state.get("classes") != train_data.classes:
                 raise CheckpointError(f"{ckpt_path} was trained on other classes; use a new output folder")
+            if state.get("precision", precision) != precision:
+                print(f"note: {ckpt_path} trained in {state['precision']} and continues in {precision} "
+                      "(weights and optimizer state are float32 either way)", flush=True)
         elif not resume and ckpt_path.exists():
             raise ClZooError(f"{out} already holds a run (last.pt); pass --resume or choose another --output")
         atomic_write_json(out / "config.json",
@@ -214,7 +233,8 @@ def train_detector(
     def save(iteration: int) -> None:
         if out is not None:
             atomic_save_torch(out / "last.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                                                "iteration": iteration, "classes": train_data.classes})
+                                                "iteration": iteration, "classes": train_data.classes,
+                                                "precision": precision})
 
     from tqdm import tqdm
 
@@ -232,8 +252,9 @@ def train_detector(
                 group["lr"] = cfg.lr_at(iteration)
             images = [im.to(device, non_blocking=True) for im in images]
             targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
-            loss_dict = model(images, targets)
-            loss = sum(loss_dict.values())
+            with autocast(device, precision):
+                loss_dict = model(images, targets)
+            loss = sum(v.float() for v in loss_dict.values())
             if not torch.isfinite(loss):
                 raise ClZooError(f"loss became {loss.item()} at iteration {iteration}; lower --lr or add warm-up")
             optimizer.zero_grad(set_to_none=True)
@@ -250,7 +271,7 @@ def train_detector(
 
     metrics: dict[str, float] = {}
     if val_data is not None:
-        metrics = evaluate_model(model, val_data, cfg, device, progress=progress)
+        metrics = evaluate_model(model, val_data, cfg, device, progress=progress, precision=precision)
     report_path = None
     if out is not None:
         report = {
@@ -260,6 +281,7 @@ def train_detector(
             "head": cfg.head,
             "config": cfg.to_dict(),
             "device": str(device),
+            "precision": precision,
             "iterations": cfg.max_iter,
             "resumed_from": start,
             "train_seconds": round(train_seconds, 2),

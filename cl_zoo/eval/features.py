@@ -5,7 +5,9 @@ the expensive part (minutes to hours), while the classifiers on top take seconds
 stored under ``$CL_ZOO_CACHE/features`` and reused. The cache key covers everything that changes
 the numbers: the weights themselves (a sha256 over the state dict, so a retrained checkpoint with the
 same name never hits a stale entry), the data (the file-list hash of :mod:`cl_zoo.data.folder`) and
-the preprocessing (mean, std, resize, crop, interpolation).
+the preprocessing (mean, std, resize, crop, interpolation), and the engine that ran (precision and
+backend: bf16 or OpenVINO features differ from fp32 ones by cosine ~1e-5, which is not nothing for a
+cache that claims to return *the* features).
 """
 
 from __future__ import annotations
@@ -167,8 +169,13 @@ def compute_features(
     device: torch.device | str | None = None,
     workers: int = 0,
     progress: bool = False,
+    precision: str = "fp32",
+    backend: str = "torch",
+    engine: dict[str, str] | None = None,
 ) -> np.ndarray:
     """Pooled features ``[N, D]`` float32 of images under the model's eval preprocessing.
+
+    ``engine``, when given, is filled with the precision and backend that actually ran.
 
     Extraction is :func:`cl_zoo.embedding.extract_features` (the one batched loop that ``embed``
     and ``search`` also use, so an evaluation sees exactly the features a user embeds). Unlike
@@ -181,8 +188,10 @@ def compute_features(
     check_input_channels(model)
     result = extract_features(
         model, list(paths), batch_size=batch_size, device=device if device is not None else "auto",
-        workers=workers, progress=progress,
+        workers=workers, progress=progress, precision=precision, backend=backend,
     )
+    if engine is not None:
+        engine.update(precision=result.precision, backend=result.backend, backend_reason=result.backend_reason)
     if result.failures:
         path, reason = result.failures[0]
         raise DataError(f"{len(result.failures)} image(s) could not be read (first: {path}: {reason}); fix or remove them")
@@ -200,6 +209,8 @@ class FeatureSet:
     cached: bool  # True when read from the cache rather than computed
     seconds: float
     path: Path | None
+    precision: str = "fp32"  # the engine that computed them
+    backend: str = "torch"
 
 
 def files_fingerprint(paths: Sequence[str]) -> str:
@@ -220,8 +231,9 @@ def files_fingerprint(paths: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict[str, Any], fingerprint: str = "") -> str:
-    payload = {
+def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict[str, Any], fingerprint: str = "",
+              engine: dict[str, str] | None = None) -> str:
+    payload: dict[str, Any] = {
         "version": FEATURE_CACHE_VERSION,
         "model": identity.get("name"),
         "revision": identity.get("revision"),
@@ -230,6 +242,9 @@ def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict
         "files": fingerprint,
         "preprocessing": preprocessing,
     }
+    if engine and (engine.get("precision"), engine.get("backend")) != ("fp32", "torch"):
+        # fp32/torch keys stay what they were before engines existed, so old caches still hit.
+        payload["engine"] = {"precision": engine["precision"], "backend": engine["backend"]}
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -244,30 +259,48 @@ def split_features(
     device: torch.device | str | None = None,
     workers: int = 0,
     progress: bool = False,
+    precision: str = "fp32",
+    backend: str = "torch",
 ) -> FeatureSet:
     """Features of a split (an :class:`~cl_zoo.data.folder.ImageFolderData`), from the cache if there.
 
     The cache file is memory-mapped on a hit, so a 1M x 2048 memory costs no RAM until searched.
+    ``precision``/``backend`` are resolved first (:func:`cl_zoo.embedding.resolve_engine`) so the
+    cache is looked up under the engine that would run.
     """
+    from cl_zoo.embedding import resolve_engine
+
     if len(data.paths) == 0:
         raise DataError(f"empty split: {getattr(data, 'source', '?')}")
     check_input_channels(model)
     identity = identity or model_identity(model)
-    key = cache_key(identity, data.file_list_hash, preprocessing_spec(model_cfg(model)), files_fingerprint(data.paths))
-    path = Path(cache_dir or feature_cache_dir()) / f"{key}.npy"
+    dev = device if device is not None else "auto"
+    resolved, choice = resolve_engine(model, dev, precision, backend, len(data.paths))
+    planned = {"precision": resolved, "backend": choice.name}
+    spec, files = preprocessing_spec(model_cfg(model)), files_fingerprint(data.paths)
+    key = cache_key(identity, data.file_list_hash, spec, files, planned)
+    root = Path(cache_dir or feature_cache_dir())
+    path = root / f"{key}.npy"
     start = time.perf_counter()
     if cache and path.is_file():
         try:
             feats = np.load(path, mmap_mode="r")
             if feats.ndim == 2 and feats.shape[0] == len(data.paths):
-                return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, True, time.perf_counter() - start, path)
+                return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, True,
+                                  time.perf_counter() - start, path, resolved, choice.name)
         except (OSError, ValueError):
             pass  # an unreadable entry is recomputed and overwritten
-    feats = compute_features(model, data.paths, batch_size=batch_size, device=device, workers=workers, progress=progress)
+    ran: dict[str, str] = {}
+    feats = compute_features(model, data.paths, batch_size=batch_size, device=device, workers=workers, progress=progress,
+                             precision=resolved, backend=choice.name, engine=ran)
+    if ran.get("backend", choice.name) != choice.name:  # OpenVINO could not convert: store under what ran
+        key = cache_key(identity, data.file_list_hash, spec, files, ran)
+        path = root / f"{key}.npy"
     seconds = time.perf_counter() - start
     if cache:
         atomic_save_npy(path, feats)
-    return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, False, seconds, path if cache else None)
+    return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, False, seconds, path if cache else None,
+                      ran.get("precision", resolved), ran.get("backend", choice.name))
 
 
 def check_same_classes(train_classes: Sequence[str], test_classes: Sequence[str]) -> None:

@@ -224,6 +224,8 @@ def evaluate_knn(
     cache: bool = True,
     cache_dir: Any = None,
     progress: bool = False,
+    precision: str = "auto",
+    backend: str = "auto",
     identity: dict[str, Any] | None = None,
     extra_hyperparameters: dict[str, Any] | None = None,
 ) -> Any:
@@ -242,7 +244,8 @@ def evaluate_knn(
     if ks and ks[-1] > len(train.paths):
         raise DataError(f"k={ks[-1]} is larger than the train set ({len(train.paths)} images); use --k at most {len(train.paths)}")
     identity = identity or model_identity(model)
-    opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress)
+    opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress,
+                precision=precision, backend=backend)
     train_fs = split_features(model, train, **opts)
     test_fs = split_features(model, test, **opts)
     start = time.perf_counter()
@@ -264,7 +267,8 @@ def evaluate_knn(
     report = build_report(
         task="knn", model=identity, train=train, test=test, protocol="knn", hyperparameters=hyper, seed=seed,
         metrics=out["metrics"], timings=timings,
-        extra={"features": {"train_cached": train_fs.cached, "test_cached": test_fs.cached, "train_key": train_fs.key, "test_key": test_fs.key, "dim": int(train_fs.features.shape[1])}},
+        extra={"features": {"train_cached": train_fs.cached, "test_cached": test_fs.cached, "train_key": train_fs.key, "test_key": test_fs.key, "dim": int(train_fs.features.shape[1]),
+                             "precision": train_fs.precision, "backend": train_fs.backend}},
     )
     return EvalResult(
         report, test_labels=np.asarray(test_fs.labels), predictions=out["predictions"][ks[-1]],

@@ -394,6 +394,8 @@ def evaluate_linear(
     cache: bool = True,
     cache_dir: Any = None,
     progress: bool = False,
+    precision: str = "auto",
+    backend: str = "auto",
     want_test_features: bool = False,
     identity: dict[str, Any] | None = None,
     extra_hyperparameters: dict[str, Any] | None = None,
@@ -408,7 +410,8 @@ def evaluate_linear(
         if len(split.paths) == 0:
             raise DataError(f"the {name} split is empty: {getattr(split, 'source', '?')}")
     identity = identity or model_identity(model)
-    opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress)
+    opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress,
+                precision=precision, backend=backend)
     test_features = None
     if protocol_name == "fast":
         train_fs = split_features(model, train, **opts)
@@ -419,14 +422,15 @@ def evaluate_linear(
         )
         timings = {"train_features_s": train_fs.seconds, "test_features_s": test_fs.seconds, **out["timings"]}
         hyper = {**out["hyperparameters"], "chosen_weight_decay": out["weight_decay"], "val_top1_by_wd": out["val_top1_by_wd"]}
-        extra = {"features": {"train_cached": train_fs.cached, "test_cached": test_fs.cached, "dim": int(train_fs.features.shape[1])}}
+        extra = {"features": {"train_cached": train_fs.cached, "test_cached": test_fs.cached, "dim": int(train_fs.features.shape[1]),
+                              "precision": train_fs.precision, "backend": train_fs.backend}}
         test_features = test_fs.features
     else:
         proto = protocol(protocol_name, **(overrides or {}))
         out = linear_augmented(model, train, test, proto, seed=seed, device=device, progress=progress, log=log)
         timings = dict(out["timings"])
         hyper = dict(out["hyperparameters"])
-        extra = {}
+        extra = {"features": {"precision": "fp32", "backend": "torch"}}  # trains through the backbone in fp32
         if want_test_features:
             test_features = split_features(model, test, **opts).features
     hyper.update(extra_hyperparameters or {})

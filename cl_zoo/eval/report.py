@@ -147,6 +147,9 @@ def summary_lines(report: Mapping[str, Any]) -> list[str]:
     for key, value in report["metrics"].items():
         lines.append(f"  {key:<28} {100 * value:6.2f}%")
     lines.append("  time: " + ", ".join(f"{k} {v:.1f}s" for k, v in report["timings"].items()))
+    engine = report.get("features") or {}
+    if engine.get("precision"):
+        lines.append(f"  features: {engine.get('backend', 'torch')} {engine['precision']}")
     return lines
 
 

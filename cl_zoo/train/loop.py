@@ -247,10 +247,12 @@ class Trainer:
             )
         a, b = saved.to_dict(), requested.to_dict()
         for key in a:
-            if key not in ("epochs", "checkpoint_every") and a[key] != b[key]:
+            # precision only changes arithmetic (weights and optimizer state are float32 either way);
+            # a change is stated when the run continues (_prepare_model).
+            if key not in ("epochs", "checkpoint_every", "precision") and a[key] != b[key]:
                 raise CheckpointError(
                     f"cannot resume: recipe key {key!r} differs from the saved run ({a[key]!r} vs {b[key]!r}); "
-                    "only epochs and checkpoint_every may change on resume"
+                    "only epochs, checkpoint_every and precision may change on resume"
                 )
         if requested.epochs < int(state["epoch"]):
             raise CheckpointError(f"cannot resume: the run already trained {state['epoch']} epochs > --epochs {requested.epochs}")
@@ -276,8 +278,24 @@ class Trainer:
                 self.method = method
             elif env.is_main:
                 print("note: SyncBatchNorm needs CUDA; BatchNorm statistics stay per process on CPU")
+        from cl_zoo.precision import resolve_precision, why
+
+        precision = resolve_precision(r.precision, env.device, training=True)
+        if precision == "fp16" and env.device.type != "cuda":
+            if env.is_main:
+                print("note: fp16 autocast needs CUDA (loss scaling); this CPU run uses fp32")
+            precision = "fp32"
+        self.precision = precision
+        if env.is_main:
+            print(f"precision: {precision} ({why(precision, env.device, training=True)}; requested {r.precision})", flush=True)
+        saved = (self.state or {}).get("precision")
+        if saved and saved != precision and env.is_main:
+            print(f"note: this run trained in {saved} and continues in {precision}; weights and optimizer state are "
+                  f"float32 either way, so only the rounding of the forward/backward pass changes", flush=True)
+        # Channels-last: the layout cuDNN tensor cores and oneDNN's bf16 (AMX / AVX512_BF16) kernels want.
+        self.channels_last = env.device.type == "cuda" or precision == "bf16"
         method.to(env.device)
-        if env.device.type == "cuda":
+        if self.channels_last:
             method.to(memory_format=torch.channels_last)
         if r.compile:
             method.backbone.compile()
@@ -290,10 +308,12 @@ class Trainer:
                 find_unused_parameters=method.ddp_find_unused_parameters,
             )
         self.optimizer = build_optimizer(r, method.parameter_groups(r.optim.weight_decay))
-        amp = env.device.type == "cuda" and r.precision != "fp32"
-        self.autocast_dtype = torch.bfloat16 if r.precision == "bf16" else torch.float16
+        # Autocast runs convolutions/matmuls in bf16 (fp16) while parameters, optimizer state, BatchNorm
+        # statistics and the losses (cl_zoo.losses upcast) stay float32.
+        amp = precision != "fp32"
+        self.autocast_dtype = torch.bfloat16 if precision == "bf16" else torch.float16
         self.amp = amp
-        self.scaler = torch.amp.GradScaler("cuda", enabled=amp and r.precision == "fp16")
+        self.scaler = torch.amp.GradScaler("cuda", enabled=amp and precision == "fp16" and env.device.type == "cuda")
 
     def _load_images(self, data, index: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
         from cl_zoo.data.memory import decode_to_tensor
@@ -352,7 +372,7 @@ class Trainer:
         out = []
         for i in range(0, len(images), batch):
             x = normalize_for(self.view_configs[0], images[i : i + batch].to(dev, non_blocking=True))
-            if dev.type == "cuda":
+            if self.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(dev.type, dtype=self.autocast_dtype, enabled=self.amp):
                 out.append(backbone.forward_features(x).float().cpu())
@@ -410,6 +430,7 @@ class Trainer:
             "world_size": self.env.world_size,
             "training_data": self.training_data,
             "history": history,
+            "precision": self.precision,  # what ran ("auto" resolved on this machine)
         }
         if partial is not None:
             state["partial_epoch"] = partial
@@ -488,7 +509,7 @@ class Trainer:
                     progress_ = epoch + i / self.steps_per_epoch
                     lr = peak_lr * lr_factor(r, global_step, self.steps_per_epoch)
                     set_lr(self.optimizer, lr)
-                    if env.device.type == "cuda":
+                    if self.channels_last:
                         views = [v.contiguous(memory_format=torch.channels_last) for v in views]
                     with torch.autocast(env.device.type, dtype=self.autocast_dtype, enabled=self.amp):
                         loss, logs = self.model(views, index, progress_)
@@ -579,7 +600,7 @@ class Trainer:
         was = backbone.training
         backbone.eval()
         save_pretrained(backbone, model_dir, recipe=r.to_dict(), metrics=metrics, card_sections=sections,
-                        extra_config={"training_data": self.training_data})
+                        extra_config={"training_data": self.training_data, "training_precision": self.precision})
         backbone.train(was)
         if curve is not None:
             atomic_write_bytes(model_dir / "curves.png", curve.read_bytes())

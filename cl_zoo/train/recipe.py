@@ -17,7 +17,7 @@ YAML shape (every key optional; defaults below)::
     schedule: {name: cosine, warmup_epochs: 0, milestones: [], gamma: 0.1}
     epochs: 200
     batch_size: 256
-    precision: bf16             # bf16 | fp16 | fp32
+    precision: auto             # auto | bf16 | fp16 | fp32
     sync_bn: null               # null: the method's default
     compile: false
     knn_every: 10               # 0 disables the online kNN monitor
@@ -92,7 +92,9 @@ class Recipe:
     schedule: ScheduleConfig = field(default_factory=ScheduleConfig)
     epochs: int = 200
     batch_size: int = 256
-    precision: Literal["bf16", "fp16", "fp32"] = "bf16"
+    # auto: bf16 on CUDA and on CPUs with AMX, else fp32 (cl_zoo.precision); the
+    # precision that actually ran is recorded in the checkpoint and the exported config.
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
     sync_bn: bool | None = None  # None: the method's default (MoCo-style methods: true)
     compile: bool = False
     knn_every: int = 10

@@ -1,0 +1,174 @@
+"""Which arithmetic to run on this machine: ``--precision auto|fp32|bf16|fp16``.
+
+bfloat16 halves the bytes every convolution moves and, on CPUs with matrix or bf16 dot-product
+units, doubles or triples their throughput; its 8-bit mantissa moves pooled features by cosine
+1e-5, well inside what any evaluation can see. Whether it *pays* depends on the hardware, so
+``auto`` is decided from what the CPU reports (never assumed) and from measurements:
+
+* CUDA: bf16 (tensor cores).
+* CPU with Intel AMX (``amx_tile``): bf16. Measured on a 2-core AMX machine, ResNet-50 at 224 px:
+  torch fp32 20 images/s, torch bf16 autocast 45, OpenVINO bf16 91 (issue 12).
+* CPU with AVX512_BF16 but no AMX (e.g. AMD Zen 4/5): bf16 for inference (embedding, evaluation,
+  detection inference), fp32 for training. Measured on a 2-core AMD EPYC (Zen 5, ``avx512_bf16``,
+  no AMX), ResNet-50 inference, same batch: torch fp32 6.3 images/s, torch bf16 autocast 9.4
+  (1.5x), OpenVINO f32 11.4, OpenVINO bf16 19.0 (3.0x); min cosine to fp32 0.99999. Training is
+  another matter: ``benchmarks/pretrain_throughput.py --compare-precision`` (Imagenette 64 px
+  recipe, ResNet-18 x0.5, batch 256) ran bf16 at 0.40x and 0.48x fp32's views/s in two runs on the
+  same (shared) machine, so ``auto`` trains in fp32 there; ``--precision bf16`` runs it anyway.
+* any other CPU: fp32. Without hardware bf16 the conversion is emulated and runs slower than fp32.
+
+The detection goes through torch's own probes (``torch.cpu._is_amx_tile_supported``,
+``torch.cpu._is_avx512_bf16_supported``) with ``/proc/cpuinfo`` flags as a fallback, so tests can
+mock one function (:func:`cpu_capability`) to play any machine.
+
+Whatever runs inside, features and losses come back float32 (autocast only touches the matmuls and
+convolutions; losses upcast, see :mod:`cl_zoo.losses._common`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import platform
+from dataclasses import dataclass
+
+import torch
+
+from cl_zoo.errors import ClZooError
+
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16")
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class CpuCapability:
+    """What the CPU offers for low-precision matrix work."""
+
+    model: str  # "Intel(R) Xeon(R) Platinum 8481C", "AMD EPYC" ...
+    isa: str  # torch's dispatch level: "AVX512", "AVX2", "DEFAULT" ...
+    amx: bool  # Intel AMX tiles (amx_tile / amx_bf16)
+    avx512_bf16: bool  # AVX512_BF16 dot products (vdpbf16ps)
+    cores: int  # cores this process may use
+
+    @property
+    def fast_bf16(self) -> bool:
+        """Whether bf16 inference runs in hardware (measured faster than fp32; module docstring)."""
+        return self.amx or self.avx512_bf16
+
+    @property
+    def fast_bf16_training(self) -> bool:
+        """Whether bf16 training is known to beat fp32 (AMX: 1.8x measured; module docstring)."""
+        return self.amx
+
+    def describe(self) -> str:
+        units = [name for name, ok in (("AMX", self.amx), ("AVX512_BF16", self.avx512_bf16)) if ok]
+        return f"{self.model} ({self.cores} usable cores, {self.isa}, bf16 units: {', '.join(units) or 'none'})"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (affinity / cgroup cpusets), not the machine's count."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _cpuinfo() -> tuple[str, set[str]]:
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key == "model name" and not model:
+                    model = value.strip()
+                elif key == "flags" and not flags:
+                    flags = set(value.split())
+                if model and flags:
+                    break
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), flags
+
+
+def _probe(name: str, flags: set[str], flag: str) -> bool:
+    fn = getattr(torch.cpu, name, None)
+    if fn is not None:
+        try:
+            return bool(fn())
+        except Exception:  # noqa: BLE001 - a probe that fails means "not known to be there"
+            pass
+    return flag in flags
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_capability() -> CpuCapability:
+    """This CPU, probed once per process."""
+    model, flags = _cpuinfo()
+    try:
+        isa = str(torch.backends.cpu.get_cpu_capability())
+    except Exception:  # noqa: BLE001
+        isa = "unknown"
+    return CpuCapability(
+        model=model,
+        isa=isa,
+        amx=_probe("_is_amx_tile_supported", flags, "amx_tile"),
+        avx512_bf16=_probe("_is_avx512_bf16_supported", flags, "avx512_bf16"),
+        cores=usable_cores(),
+    )
+
+
+def check_precision(precision: str) -> str:
+    if precision not in PRECISIONS:
+        raise ClZooError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def resolve_precision(precision: str, device: torch.device | str, *, training: bool = False) -> str:
+    """``auto`` -> ``bf16`` or ``fp32`` for ``device`` (and for training or inference, which differ
+    on CPUs with AVX512_BF16 but no AMX); explicit choices are kept as asked."""
+    check_precision(precision)
+    if precision != "auto":
+        return precision
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return "bf16"
+    cap = cpu_capability() if kind == "cpu" else None
+    if cap is not None and (cap.fast_bf16_training if training else cap.fast_bf16):
+        return "bf16"
+    return "fp32"
+
+
+def why(precision: str, device: torch.device | str, *, training: bool = False) -> str:
+    """A short reason for the resolved precision, for the one line a command prints."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return "CUDA"
+    cap = cpu_capability()
+    if precision == "bf16":
+        return "CPU with AMX" if cap.amx else ("CPU with AVX512_BF16" if cap.avx512_bf16 else "asked for; no bf16 unit found, expect it slower than fp32")
+    if training and cap.avx512_bf16 and not cap.amx:
+        return "AVX512_BF16 without AMX: bf16 training measured slower than fp32 there; --precision bf16 to try"
+    return "asked for" if cap.fast_bf16 else "no AMX / AVX512_BF16 on this CPU"
+
+
+def autocast(device: torch.device | str, precision: str):  # noqa: ANN201 - a context manager
+    """Autocast for a resolved precision (``fp32``: disabled). Master weights stay float32."""
+    kind = torch.device(device).type
+    if precision == "fp32":
+        return torch.autocast(kind, enabled=False)
+    if precision not in AUTOCAST_DTYPES:
+        raise ClZooError(f"precision {precision!r} must be resolved (fp32, bf16 or fp16) before running")
+    return torch.autocast(kind, dtype=AUTOCAST_DTYPES[precision])
+
+
+__all__ = [
+    "PRECISIONS",
+    "CpuCapability",
+    "autocast",
+    "check_precision",
+    "cpu_capability",
+    "resolve_precision",
+    "usable_cores",
+    "why",
+]
