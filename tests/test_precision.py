@@ -43,7 +43,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------- policy (mocked machines)
 @pytest.mark.parametrize(
     "cap, inference, training",
-    [(_cpu(), "fp32", "fp32"), (_cpu(amx=True), "bf16", "bf16"), (_cpu(avx512_bf16=True), "bf16", "fp32"),
+    [(_cpu(), "fp32", "fp32"), (_cpu(amx=True), "bf16", "bf16"), (_cpu(avx512_bf16=True), "bf16", "bf16"),
      (_cpu(amx=True, avx512_bf16=True), "bf16", "bf16")],
 )
 def test_auto_precision_follows_the_cpu_units(monkeypatch, cap, inference, training):
