@@ -42,7 +42,8 @@ sys.path.insert(0, str(REPO))
 import cl_zoo  # noqa: E402
 from cl_zoo.backends import openvino_available  # noqa: E402
 from cl_zoo.data.images import discover_images  # noqa: E402
-from cl_zoo.embedding import Preprocess, _collate, _default_workers, _ImageList, extract_features, resolve_device  # noqa: E402
+from cl_zoo.data.workers import default_workers  # noqa: E402
+from cl_zoo.embedding import Preprocess, _collate, _ImageList, extract_features, resolve_device  # noqa: E402
 from cl_zoo.precision import cpu_capability  # noqa: E402
 
 
@@ -132,7 +133,7 @@ def main() -> int:
         print(f"needs {args.archive}", file=sys.stderr)
         return 2
     device = resolve_device(args.device)
-    workers = _default_workers() if args.workers is None else args.workers
+    workers = default_workers() if args.workers is None else args.workers
     paths = photo_paths(args.archive, args.count, args.cache)
     torch.manual_seed(0)
     model = cl_zoo.create_model(args.model).eval()

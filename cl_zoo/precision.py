@@ -68,10 +68,9 @@ class CpuCapability:
 
 def usable_cores() -> int:
     """Cores this process may run on (affinity / cgroup cpusets), not the machine's count."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    from cl_zoo.data.workers import usable_cpus
+
+    return usable_cpus()
 
 
 def _cpuinfo() -> tuple[str, set[str]]:
