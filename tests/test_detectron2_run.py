@@ -76,6 +76,10 @@ def test_lr_follows_the_linear_scaling_rule_and_builtin_datasets_stay(capsys, tm
     assert _value(cmd, "SOLVER.BASE_LR") == "0.01" and _value(cmd, "DATASETS.TEST") == "()"
     assert "DATASETS.TRAIN" not in cmd and "--voc" not in cmd and "MODEL.ROI_HEADS.NUM_CLASSES" not in cmd
     assert "SOLVER.MAX_ITER" not in cmd  # not given: the config's protocol schedule stands
+    # --workers not given: the usable CPUs, as a number detectron2's config accepts (not "None")
+    from cl_zoo.data.workers import default_workers
+
+    assert _value(cmd, "DATALOADER.NUM_WORKERS") == str(default_workers())
 
 
 def test_coco_folder_is_registered_with_its_category_count(tiny_coco_dir, tmp_path, capsys):

@@ -101,8 +101,11 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     from cl_zoo.detection.presets import get_preset
 
     if engine == "detectron2":
+        from cl_zoo.data.workers import default_workers
         from cl_zoo.detection.detectron2_run import Detectron2Options
 
+        if workers is None:
+            workers = default_workers()
         options = Detectron2Options(
             preset=preset, data=data, val_data=val_data, train_split=train_split, val_split=val_split, head=head,
             norm=norm, freeze_at=freeze_at, max_iter=max_iter, steps=_ints(steps), warmup_iters=warmup_iters,
