@@ -37,8 +37,9 @@ _DROPBOX_FOLDER = re.compile(r"^(https://www\.dropbox\.com/sh/[\w-]+/[\w-]+)\?dl
 
 def cache_root() -> Path:
     """``$CL_ZOO_CACHE/releases`` (default ``~/.cache/cl-zoo/releases``)."""
-    base = os.environ.get("CL_ZOO_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "cl-zoo")
-    return Path(base) / "releases"
+    from cl_zoo.data.archive import cache_root as cl_zoo_cache
+
+    return cl_zoo_cache() / "releases"
 
 
 def offline() -> bool:
