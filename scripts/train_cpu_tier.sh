@@ -8,9 +8,13 @@
 #   setsid bash scripts/train_cpu_tier.sh simo > tier-simo.out 2>&1 < /dev/null &
 # Run it again after an interruption: pretraining continues from the run's last checkpoint
 # (--resume), a finished run is only exported and evaluated again.
-# Expected pretraining time, 30 epochs on a dedicated 2-core CPU in float32 (DCL at ~175 views/s,
-# issue 12; step costs from benchmarks/cpu_tier_step_cost.py): simo and cmc ~40 min, dcl, dclw and
-# simclr ~55 min, mocov2 and jcl ~80 min, cacr ~2.5 h; bfloat16 autocast (PRECISION=bf16) ~0.55x.
+# Expected pretraining time, 30 epochs on a dedicated 2-core CPU: `--precision auto` trains in bf16 on
+# AMX and AVX512_BF16 CPUs (measured 2.07x fp32 for full-width ResNet-18 at 64 px on a Zen 5 EPYC).
+# Measured there in bf16: dcl 44-46 s/epoch (~205 images/s), mocov2 48-62 s/epoch (~175 images/s;
+# its 30 epochs took 28 min and reached Imagenette val kNN k=200 47.5%, fast linear 53.3%);
+# from the step costs of benchmarks/cpu_tier_step_cost.py the others are simclr/dclw ~ dcl, simo and
+# cmc ~0.7-0.8x, jcl ~1.5x, cacr ~3x: about 23 min (dcl) to 70 min (cacr) per method, 3.5-4 h for all
+# eight. In fp32 roughly twice that.
 #
 # Steps: `cl-zoo pretrain` on Imagenette train (64 px, the recipe's protocol) in its own process
 # group (setsid) with its log in $DEST/logs/pretrain.log; then scripts/evaluate_and_bundle.sh with
