@@ -371,7 +371,8 @@ def _load_into(model: nn.Module, backbone: dict[str, torch.Tensor], path: Path, 
     return cast, filled
 
 
-def _file_digests(path: Path) -> tuple[str, str]:
+def file_digests(path: Path) -> tuple[str, str]:
+    """sha256 and md5 of a file in one pass (publishers pin one or the other)."""
     sha, md5 = hashlib.sha256(), hashlib.md5()
     with open(path, "rb") as fh:
         while block := fh.read(1 << 20):
@@ -399,7 +400,7 @@ def convert_checkpoint(fmt: str, path: str | os.PathLike[str], arch: str | None 
     model = build_arch(arch)
     model.model_name = arch
     cast, filled = _load_into(model, backbone, path, arch, fmt)
-    sha, _ = _file_digests(path)
+    sha, _ = file_digests(path)
     report = ConversionReport(
         format=fmt,
         source=str(path),
@@ -525,7 +526,7 @@ def import_checkpoint(
 
     model, report = convert_checkpoint(fmt, path, arch)
     candidates = [RELEASES[release_name]] if release_name else _releases_for(fmt, report.arch)
-    _, md5 = _file_digests(Path(path))
+    _, md5 = file_digests(Path(path))
     release = None
     for cand in candidates:
         if _matches(cand, report.source_sha256, md5):

@@ -15,7 +15,6 @@ a direct-download address (documented per host below).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -80,18 +79,11 @@ def download(url: str, dest: Path, timeout: float = 60.0) -> Path:
     return dest
 
 
-def _digests(path: Path) -> tuple[str, str]:
-    sha, md5 = hashlib.sha256(), hashlib.md5()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            sha.update(block)
-            md5.update(block)
-    return sha.hexdigest(), md5.hexdigest()
-
-
 def _verify(path: Path, source: Any, *, quarantine: bool) -> None:
     """The publisher's checksum for this source, when there is one; a mismatch is an integrity error."""
-    sha, md5 = _digests(path)
+    from cl_zoo.convert.readers import file_digests
+
+    sha, md5 = file_digests(path)
     md5_prefix = getattr(source, "md5_prefix", None)
     if (source.sha256 and sha != source.sha256) or (md5_prefix and not md5.startswith(md5_prefix)):
         expected = f"sha256 {source.sha256[:16]}..." if source.sha256 else f"md5 {md5_prefix}..."
