@@ -38,6 +38,8 @@
 #   POLL_S     seconds between progress lines (default 30); KNN_K, KNN_T, EVAL_WORKERS, PYTHON as
 #              scripts/evaluate_and_bundle.sh
 set -euo pipefail
+# shellcheck source=scripts/supervise_pretrain.sh
+. "$(dirname "$0")/supervise_pretrain.sh"
 
 METHOD=${1:?usage: scripts/train_cpu_tier.sh METHOD [pretrain options]  (simclr mocov2 dcl dclw simo jcl cmc cacr)}
 shift
@@ -79,26 +81,7 @@ START=$(date +%s)
 setsid "${CLZOO[@]}" pretrain --recipe "$RECIPE" --data "$TRAIN" --val "$VAL" --out "$RUN" --no-progress \
     ${RESUME[@]+"${RESUME[@]}"} ${EXTRA[@]+"${EXTRA[@]}"} >>"$DEST/logs/pretrain.log" 2>&1 &
 PID=$!
-STATUS=running
-while kill -0 "$PID" 2>/dev/null; do
-    sleep "${POLL_S:-30}" &
-    wait $! || true
-    NOW=$(date +%s)
-    echo "[$((NOW - START))s] $(grep -E '^epoch ' "$DEST/logs/pretrain.log" | tail -n 1 || true)"
-    if [ -n "${BUDGET_S:-}" ] && [ $((NOW - START)) -ge "$BUDGET_S" ]; then
-        echo "budget reached: stopping the run (process group $PID); rerun this script to continue"
-        kill -TERM -- "-$PID" 2>/dev/null || true
-        sleep 5
-        kill -KILL -- "-$PID" 2>/dev/null || true
-        STATUS=stopped
-        break
-    fi
-done
-if [ "$STATUS" = running ]; then
-    if wait "$PID"; then STATUS=done; else STATUS=failed; fi
-fi
-tail -n 5 "$DEST/logs/pretrain.log"
-echo "pretraining $STATUS after $(( $(date +%s) - START ))s"
+supervise_pretrain "$PID" "$DEST/logs/pretrain.log" "$START" "${BUDGET_S:-}" "${POLL_S:-30}" "; rerun this script to continue"
 if [ "$STATUS" = failed ]; then
     echo "error: pretraining failed (log: $DEST/logs/pretrain.log); rerun to resume from the last checkpoint" >&2
     exit 1

@@ -20,6 +20,8 @@
 #   OUT          output root (default ./reference-out); PYTHON the interpreter (default .venv's)
 #   POLL_S       seconds between progress lines while pretraining (default 10)
 set -euo pipefail
+# shellcheck source=scripts/supervise_pretrain.sh
+. "$(dirname "$0")/supervise_pretrain.sh"
 
 METHOD=${1:?usage: scripts/train_reference.sh METHOD [pretrain options]}
 shift
@@ -52,25 +54,7 @@ START=$(date +%s)
 setsid "${CLZOO[@]}" pretrain --recipe "$RECIPE" --data "$ARCHIVE" --val "$ARCHIVE" --out "$RUN" \
     --no-progress "${RESUME[@]}" "${EXTRA[@]}" >"$DEST/logs/pretrain.log" 2>&1 &
 PID=$!
-STATUS=running
-while kill -0 "$PID" 2>/dev/null; do
-    sleep "${POLL_S:-10}"
-    NOW=$(date +%s)
-    echo "[$((NOW - START))s] $(grep -E '^epoch ' "$DEST/logs/pretrain.log" | tail -n 1 || true)"
-    if [ $((NOW - START)) -ge "$BUDGET_S" ]; then
-        echo "budget reached: stopping the run (process group $PID)"
-        kill -TERM -- "-$PID" 2>/dev/null || true
-        sleep 5
-        kill -KILL -- "-$PID" 2>/dev/null || true
-        STATUS=stopped
-        break
-    fi
-done
-if [ "$STATUS" = running ]; then
-    if wait "$PID"; then STATUS=done; else STATUS=failed; fi
-fi
-tail -n 5 "$DEST/logs/pretrain.log"
-echo "pretraining $STATUS after $(( $(date +%s) - START ))s"
+supervise_pretrain "$PID" "$DEST/logs/pretrain.log" "$START" "$BUDGET_S" "${POLL_S:-10}" ""
 if [ "$STATUS" != done ]; then
     [ -f "$RUN/checkpoint.pt" ] || { echo "error: no checkpoint to export" >&2; exit 1; }
     "$PY" -c "import sys; from cl_zoo.train.loop import export_run; print('exported', export_run(sys.argv[1]))" "$RUN"
