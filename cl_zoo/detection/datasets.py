@@ -197,16 +197,21 @@ def load_voc(
 # ------------------------------------------------------------------------------------------------
 
 
+def read_json(path: Path) -> Any:
+    """A JSON file's content; unreadable or malformed files are one-line :class:`DataError`."""
+    try:
+        return json.loads(path.read_text())
+    except OSError as exc:
+        raise DataError(f"cannot read {path} ({exc.strerror or exc})") from exc
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+
+
 def load_coco(images_dir: str | os.PathLike[str], annotation_file: str | os.PathLike[str]) -> DetectionData:
     """Read a COCO instances JSON. Crowd regions are kept as "difficult" (ignored in training and
     evaluation), boxes are converted from ``x,y,w,h`` and validated against the image size."""
     images_dir, annotation_file = Path(images_dir), Path(annotation_file)
-    try:
-        data = json.loads(annotation_file.read_text())
-    except OSError as exc:
-        raise DataError(f"cannot read {annotation_file} ({exc.strerror or exc})") from exc
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{annotation_file} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    data = read_json(annotation_file)
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("images", "annotations", "categories")):
         raise DataError(f"{annotation_file} is not a COCO instances file (needs images, annotations, categories lists)")
     if not images_dir.is_dir():

@@ -21,7 +21,6 @@ export. So the folder is checked here, before anything runs, and a mismatch is a
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,12 +88,9 @@ def _voc_classes(root: Path, split: str, evaluated: bool) -> tuple[str, ...]:
 
 
 def _coco_classes(annotation_file: Path) -> tuple[str, ...]:
-    try:
-        data = json.loads(annotation_file.read_text())
-    except OSError as exc:
-        raise DataError(f"cannot read {annotation_file} ({exc.strerror or exc})") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{annotation_file} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    from cl_zoo.detection.datasets import read_json
+
+    data = read_json(annotation_file)
     categories = data.get("categories") if isinstance(data, dict) else None
     if not isinstance(categories, list) or not categories:
         raise DataError(f"{annotation_file} is not a COCO instances file (no categories)")
