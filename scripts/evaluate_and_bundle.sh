@@ -13,7 +13,12 @@
 # top-1 metric of the float16 copy moves by more than 0.1 point.
 # Environment: KNN_K (default 20,200), KNN_T (default 0.1), PYTHON, EVAL_WORKERS (default: CPUs, at most 8),
 #   EVAL_ARGS (extra options for every knn/linear-eval call, e.g. "--data-root .data --test-split val"
-#   when TRAIN/TEST are named datasets).
+#   when TRAIN/TEST are named datasets), EVAL_PRECISION (default fp32), EVAL_BACKEND (default torch).
+# Why fp32 torch by default: the check is about the precision the weights are STORED in. With bf16
+# compute (auto on AMX/AVX512_BF16 CPUs) every activation is rounded to 8 mantissa bits, which moves
+# near-tied kNN votes by more than fp16 weight rounding does, so the gate would measure compute noise
+# (the MoCo v2 tier run: +0.13/+0.15/-0.10 pt with bf16 features on both sides). fp32 numbers are also
+# the ones another machine reproduces; a card states bf16 numbers only when asked for them.
 set -euo pipefail
 
 SRC=${1:?usage: scripts/evaluate_and_bundle.sh MODEL_DIR DEST TRAIN_DATA TEST_DATA}
@@ -28,7 +33,7 @@ CLZOO=("$PY" -m cl_zoo.cli)
 mkdir -p "$DEST/logs" "$DEST/reports"
 NPROC=$(nproc 2>/dev/null || echo 2)
 W=${EVAL_WORKERS:-$(( NPROC < 8 ? NPROC : 8 ))}
-read -r -a EXTRA <<< "${EVAL_ARGS:-}"
+read -r -a EXTRA <<< "--precision ${EVAL_PRECISION:-fp32} --backend ${EVAL_BACKEND:-torch} ${EVAL_ARGS:-}"
 
 echo "== kNN (k=${KNN_K:-20,200}, T=${KNN_T:-0.1})"
 "${CLZOO[@]}" knn --model "$SRC" --train "$TRAIN" --test "$TEST" --k "${KNN_K:-20,200}" --temperature "${KNN_T:-0.1}" --workers "$W" ${EXTRA[@]+"${EXTRA[@]}"} \
