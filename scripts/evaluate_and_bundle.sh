@@ -65,7 +65,10 @@ model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, metrics=cfg_met
 metrics = {k: v for k, v in (config.get("metrics") or {}).items() if k not in evaluated}
 card = src / "README.md"
 sections = extra_sections(card.read_text(encoding="utf-8")) if card.is_file() else {}  # training log + curve
-save_pretrained(model, dst, recipe=config.get("recipe"), metrics=metrics, dtype=torch.float16, card_sections=sections)
+# What the run recorded about itself (the data's fingerprint, the precision it trained in) stays with the copy.
+extra = {k: config[k] for k in ("training_data", "training_precision") if k in config}
+save_pretrained(model, dst, recipe=config.get("recipe"), metrics=metrics, dtype=torch.float16, card_sections=sections,
+                extra_config=extra)
 if (src / "curves.png").is_file():
     atomic_write_bytes(dst / "curves.png", (src / "curves.png").read_bytes())
 PYEOF

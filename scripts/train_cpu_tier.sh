@@ -23,7 +23,8 @@
 # Writes:
 #   $RUN_ROOT/METHOD/               the run (checkpoint.pt, metrics.csv, curves.png, model/)
 #   $OUT/METHOD_resnet18.imagenette64_cpu/model/    the float16 bundle: weights, config, card
-#   $OUT/METHOD_resnet18.imagenette64_cpu/{logs,reports,run}/   logs, JSON reports, recipe/curve copies
+#   $OUT/METHOD_resnet18.imagenette64_cpu/{logs,reports,run}/   logs (machine.txt: the CPU), JSON reports, recipe/curve copies
+# Then `python scripts/bundle_cpu_tier.py METHOD --random-init DIR` publishes it under model_cards/.
 # (CMC's bundle is named cmc_resnet18.imagenette64_cpu too: its backbone is cmc_resnet18_lab, the L/ab
 # pair at ResNet-18's parameter count.)
 # Environment:
@@ -75,7 +76,9 @@ RESUME=()
 [ -f "$RUN/checkpoint.pt" ] && RESUME=(--resume)
 
 echo "== pretrain $METHOD ($RECIPE) -> $RUN ${RESUME[*]:-} ${EXTRA[*]:-}"
-echo "machine: $(lscpu 2>/dev/null | sed -n 's/^Model name: *//p' | head -n 1), $(nproc) CPUs"
+# The card's machine line (scripts/bundle_cpu_tier.py): the CPU as cl-zoo's precision policy sees it.
+"$PY" -c "from cl_zoo.precision import cpu_capability; print(cpu_capability().describe())" > "$DEST/logs/machine.txt"
+echo "machine: $(cat "$DEST/logs/machine.txt")"
 START=$(date +%s)
 # setsid: the run gets its own process group, so a deadline stops it (and only it) cleanly.
 setsid "${CLZOO[@]}" pretrain --recipe "$RECIPE" --data "$TRAIN" --val "$VAL" --out "$RUN" --no-progress \
