@@ -199,7 +199,16 @@ def resnet_weights(source: str | nn.Module | Mapping[str, torch.Tensor], prefix:
     Two equally large candidates (e.g. CMC's two halves) are ambiguous and need ``prefix``.
     """
     if isinstance(source, nn.Module):
+        from cl_zoo.models.cmc_dual import CMCDualEncoder
+
         name = getattr(source, "model_name", None) or type(source).__name__
+        if isinstance(source, CMCDualEncoder) and prefix is None:
+            # Saying "choose one with --prefix" would send the user to a second refusal: neither half
+            # takes RGB (the L half has a 1-channel stem, the ab half a 2-channel one).
+            raise CheckpointError(
+                f"{name} is CMC's L/ab pair (a ResNet on the L channel and one on ab, features concatenated), "
+                "not an RGB ResNet: torchvision, timm and detectron2 cannot hold it; use it with cl-zoo embed/knn/linear-eval"
+            )
         state = dict(source.state_dict())
         label = f"{name} ({type(source).__name__})"
     elif isinstance(source, Mapping):
