@@ -69,6 +69,12 @@ COPY_KINDS: dict[str, Callable[[Image.Image], Image.Image]] = {
     "crop_5pct": _crop,
     "crop_half_jpeg_q40": _all_three,
 }
+COPY_KIND_LABELS: dict[str, str] = {
+    "jpeg_q40": "re-encoded as JPEG quality 40",
+    "half_size": "half size",
+    "crop_5pct": "5% cropped off the left/top, 3% off the right/bottom",
+    "crop_half_jpeg_q40": "that crop, then half size, then JPEG quality 40",
+}
 # The kinds that keep the whole picture: the threshold must group every one of these.
 WHOLE_PICTURE_KINDS: frozenset[str] = frozenset({"jpeg_q40", "half_size"})
 
@@ -223,3 +229,28 @@ __all__ = [
     "recorded_threshold",
     "write_copies",
 ]
+
+
+def card_section(summary: dict[str, Any], folder: str) -> str:
+    """The "Near-duplicate threshold" section of a model card, from :meth:`DedupCalibration.summary`.
+
+    Generated rather than written by hand so that a recalibrated model cannot keep an old story.
+    """
+    t = summary["threshold"]
+    rows = "\n".join(
+        f"| {COPY_KIND_LABELS.get(kind, kind)} | {s['min']:.4f} | {s['median']:.4f} | {s['caught']} |"
+        for kind, s in summary["copy_scores_by_kind"].items()
+    )
+    pair = " / ".join(Path(p).stem for p in summary.get("closest_distinct_pair") or [])
+    return (
+        f"`cl-zoo dedup` groups images of this model at cosine similarity **>= {t:g}** unless told otherwise "
+        f"(recorded under `\"dedup\"` in `config.json`). Measured with `python scripts/calibrate_dedup.py "
+        f"model_cards/{folder} <photos> --write` on the {summary['photos']} distinct photos of "
+        f"{summary.get('photos_source', 'a photo folder')} and {summary['copies'] // max(summary['photos'], 1)} copies of each:\n\n"
+        f"| copies of each photo | lowest similarity to its original | median | grouped at {t:g} |\n|---|---|---|---|\n{rows}\n\n"
+        f"Distinct photos score up to {summary['distinct_nn_max']:.4f} against their nearest other photo ({pair}; median "
+        f"{summary['distinct_nn_median']:.3f}); {summary['distinct_grouped']} of them are grouped at the threshold. The "
+        "threshold sits just below the weakest whole-picture copy (re-encoded or resized), rounded down to 0.005, "
+        "rather than midway to the closest distinct pair, because strangers come closer in larger collections. "
+        "Cropped copies score lower; `cl-zoo dedup --show-scores` shows the distribution in your collection."
+    )
