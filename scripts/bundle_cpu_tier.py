@@ -1,0 +1,254 @@
+"""Publish one evaluated CPU-tier run as ``model_cards/<method>_resnet18.imagenette64_cpu/``.
+
+    python scripts/bundle_cpu_tier.py METHOD [--bundle DIR] [--random-init DIR] [--out model_cards]
+
+Input is what ``scripts/train_cpu_tier.sh METHOD`` leaves in ``$OUT/<name>/``: ``model/`` (the
+float16 copy, already scored on itself), ``reports/`` (kNN and fast linear probe on Imagenette val,
+float32 and float16 weights), ``run/metrics.csv`` and ``logs/machine.txt``. ``--random-init`` is a
+folder with ``knn.json`` (and optionally ``linear.json``) from ``cl-zoo knn/linear-eval --random-init``
+on the same architecture and test images: the baseline each row of the zoo table is read against.
+
+Why a script and not hand edits: the eight tier checkpoints are compared in one table, so every
+card must say the same things measured the same way (wall time, views/s, machine, float32 vs float16
+vs random init), and every number must come from a report whose checkpoint digests are the files
+being published. It refuses when they are not, when a report was not computed with float32 torch
+features, or when the float16 copy moved a top-1 metric by more than 0.1 point.
+
+The folder is the exact Hugging Face Hub repo content. Its card names the registered model only once
+``cl_zoo/models/pretrained.py`` pins these files: the script prints the entry to paste, then run it
+again (the second run changes only the card).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from cl_zoo.card import PAPERS, extra_sections, registered_name_of, render_card
+from cl_zoo.dedup_calibration import card_section as dedup_card_section
+from cl_zoo.eval.report import compare_reports, read_report
+from cl_zoo.fileio import atomic_write_text
+
+REPO = Path(__file__).resolve().parents[1]
+TAG = "imagenette64_cpu"
+METHODS = ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr")
+TOLERANCE = 0.001  # 0.1 point: the float16 copy must score like the float32 weights
+
+
+def fail(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        fail(f"{path} not found")
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def training_summary(metrics_csv: Path) -> dict[str, Any]:
+    """Per-epoch rows -> train time and throughput. Times are summed over epochs, so a run resumed
+    after an interruption reports its optimisation time, not the pause."""
+    if not metrics_csv.is_file():
+        fail(f"{metrics_csv} not found (copied there by scripts/train_cpu_tier.sh)")
+    rows = list(csv.DictReader(metrics_csv.open(encoding="utf-8")))
+    if not rows:
+        fail(f"{metrics_csv} has no epochs")
+    seconds = sum(float(r["epoch_time_s"]) for r in rows)
+    # Throughput is the median epoch's: one epoch slowed by another job on the machine (bf16 on two
+    # cores collapses when a third process competes) should not move the method's figure.
+    return {
+        "epochs": int(rows[-1]["epoch"]),
+        "train_time_s": round(seconds, 1),
+        "epoch_time_median_s": round(statistics.median(float(r["epoch_time_s"]) for r in rows), 2),
+        "images_per_s": round(statistics.median(float(r["images_per_s"]) for r in rows), 1),
+        "views_per_s": round(statistics.median(float(r["views_per_s"]) for r in rows), 1),
+        "loss_first_epoch": round(float(rows[0]["loss"]), 4),
+        "loss_last_epoch": round(float(rows[-1]["loss"]), 4),
+    }
+
+
+def check_report(path: Path, files: dict[str, str] | None, random_init: bool = False) -> dict[str, Any]:
+    report = read_report(path)
+    features = report.get("features") or {}
+    if (features.get("precision"), features.get("backend")) != ("fp32", "torch"):
+        fail(f"{path}: features were computed with {features.get('backend')} {features.get('precision')}; "
+             "the tier's numbers are fp32 torch (rerun scripts/evaluate_and_bundle.sh)")
+    model = report.get("model") or {}
+    if random_init != (model.get("source") == "random-init"):
+        fail(f"{path}: {'not ' if random_init else ''}a random-init report")
+    if files is not None and model.get("checkpoint_files_sha256") != files:
+        fail(f"{path} was not computed on the files being published (checkpoint digests differ)")
+    return report
+
+
+def top1(report: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in report["metrics"].items() if k.endswith("top1")}
+
+
+def evaluation_details(name: str, fp16: dict[str, dict], fp32: dict[str, dict], rand: dict[str, dict], tier: dict) -> str:
+    def pct(report: dict | None, key: str) -> str:
+        value = (report or {}).get("metrics", {}).get(key)
+        return "-" if value is None else f"{100 * value:.2f}%"
+
+    rows = [
+        ("these float16 weights", fp16),
+        ("the float32 weights they were cast from", fp32),
+        (f"same architecture, random init (seed {rand['knn'].get('seed', 0)})", rand),
+    ]
+    table = "| features | kNN k=20 top-1 | kNN k=200 top-1 | linear (fast) top-1 |\n|---|---|---|---|\n" + "\n".join(
+        f"| {label} | {pct(r.get('knn'), 'knn_k20_top1')} | {pct(r.get('knn'), 'knn_k200_top1')} | "
+        f"{pct(r.get('linear'), 'linear_fast_top1')} |"
+        for label, r in rows
+    )
+    return (
+        "Measured with `cl-zoo knn` (cosine, weighted vote exp(sim/T), T=0.1) and `cl-zoo linear-eval --protocol fast` "
+        "on Imagenette train (memory / probe training set, 9,469 images) and Imagenette val (3,925 images), 128 px copy, "
+        "centre-cropped at this model's 64 px preprocessing, with float32 PyTorch features (`--precision fp32 --backend "
+        "torch`, so another machine reproduces them; bf16 features move a near-tied kNN vote by about 0.1 point). "
+        "The reports are in this folder (`eval_*.json`).\n\n"
+        f"{table}\n\n"
+        f"Reproduce: `bash scripts/train_cpu_tier.sh {tier['method']}` from a cl-zoo checkout with the Imagenette "
+        "archives in `../shared/datasets` (or `DATA_DIR=...`): it runs `cl-zoo pretrain --recipe "
+        f"recipes/{tier['method']}_imagenette64_cpu_tier.yaml` and then `scripts/evaluate_and_bundle.sh`; then "
+        f"`python scripts/bundle_cpu_tier.py {tier['method']} --random-init R/`, where `R/` holds the `cl-zoo knn` and "
+        "`cl-zoo linear-eval` reports of the same architecture with `--random-init`."
+    )
+
+
+def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
+    minutes = tier["train_time_s"] / 60
+    return (
+        f"**Trained on a CPU**, not a GPU: one of the eight checkpoints of cl-zoo's CPU tier, where SimCLR, MoCo v2, DCL, "
+        "DCLW, SiMo, JCL, CMC and CACR are trained with one protocol (Imagenette train, 64 px crops, the MoCo v2 "
+        "augmentation family, batch 256, SGD lr 0.06 with cosine decay, the same epochs) and each method's own "
+        "hyper-parameters from its paper's small-scale settings, so the methods can be compared at a budget anyone can "
+        f"re-run on a laptop. Machine: {tier['machine']}; training precision {tier['training_precision']}. "
+        f"{tier['epochs']} epochs took {minutes:.1f} min of training (median epoch {tier['epoch_time_median_s']:.0f} s: "
+        f"{tier['images_per_s']:.0f} images/s, {tier['views_per_s']:.0f} views/s). One seed at 64 px on 10 classes is not the paper's setting: read the "
+        "numbers as this budget's, not the method's ceiling."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("method", choices=METHODS)
+    parser.add_argument("--bundle", type=Path, help="train_cpu_tier.sh's output for the method (default runs/cpu_tier_bundles/NAME)")
+    parser.add_argument("--random-init", type=Path, required=True, help="folder with knn.json [and linear.json] of the random-init baseline")
+    parser.add_argument("--out", type=Path, default=REPO / "model_cards", help="where the NAME folder is written (default model_cards/)")
+    parser.add_argument("--run", type=Path, help="the training run's folder, for bundles whose config lacks training_data/precision")
+    parser.add_argument("--machine", help="machine line for the card (default: the bundle's logs/machine.txt)")
+    args = parser.parse_args(argv)
+
+    name = f"{args.method}_resnet18.{TAG}"
+    bundle = args.bundle or REPO / "runs" / "cpu_tier_bundles" / name
+    src, reports = bundle / "model", bundle / "reports"
+    config = read_json(src / "config.json")
+    if args.run is not None:
+        # Bundles made before evaluate_and_bundle.sh carried these over take them from the run itself.
+        run_config = read_json(args.run / "model" / "config.json")
+        for key in ("training_data", "training_precision"):
+            config.setdefault(key, run_config.get(key))
+    for key in ("training_data", "training_precision"):
+        if not config.get(key):
+            fail(f"{src}/config.json does not record {key}: pass --run RUN (the training run's folder)")
+    # The card is published: name the archive, not where it sat on the training machine.
+    local_dir = str(Path(config["training_data"]["source"]).parent) + "/"
+    config["training_data"] = {**config["training_data"], "source": Path(config["training_data"]["source"]).name}
+    files = dict(config.get("files") or {})
+    if not files:
+        fail(f"{src}/config.json lists no weight files")
+
+    fp32 = {t: check_report(reports / f"{t}.json", None) for t in ("knn", "linear")}
+    fp16 = {t: check_report(reports / f"{t}_fp16.json", files) for t in ("knn", "linear")}
+    for task in ("knn", "linear"):
+        for row in compare_reports(fp32[task], fp16[task], TOLERANCE):
+            if not row["ok"]:
+                fail(f"float16 weights moved {row['metric']} by {100 * row['diff']:+.2f} pt (> 0.1 pt)")
+    rand = {"knn": check_report(args.random_init / "knn.json", None, random_init=True)}
+    if (args.random_init / "linear.json").is_file():
+        rand["linear"] = check_report(args.random_init / "linear.json", None, random_init=True)
+    for report in rand.values():
+        if report["model"].get("architecture") != config.get("architecture"):
+            fail(f"random-init baseline is {report['model'].get('architecture')}, this model is {config.get('architecture')}")
+        if report["data"]["test"]["file_list_hash"] != fp16["knn"]["data"]["test"]["file_list_hash"]:
+            fail("random-init baseline was measured on other test images")
+
+    machine_file = bundle / "logs" / "machine.txt"
+    machine = args.machine or (machine_file.read_text(encoding="utf-8").strip() if machine_file.is_file() else None)
+    if not machine:
+        fail(f"no machine line: pass --machine or write {machine_file}")
+    tier = {
+        "method": args.method,
+        "recipe": f"recipes/{args.method}_imagenette64_cpu_tier.yaml",
+        "machine": machine,
+        "training_precision": config["training_precision"],
+        **training_summary(bundle / "run" / "metrics.csv"),
+        "fp32_top1": {**top1(fp32["knn"]), **top1(fp32["linear"])},
+        "fp16_top1": {**top1(fp16["knn"]), **top1(fp16["linear"])},
+        "random_init_top1": {k: v for r in rand.values() for k, v in top1(r).items()},
+    }
+    gap = tier["fp16_top1"]["knn_k200_top1"] - tier["random_init_top1"]["knn_k200_top1"]
+    if gap < 0.15:
+        fail(f"kNN k=200 is only {100 * gap:.1f} points above random init (the tier requires 15): a method that "
+             "does not learn is a bug to find, not a row to publish")
+
+    paper = PAPERS.get(args.method, ("", ""))[0]
+    cfg = dict(config["pretrained_cfg"])
+    cfg.update(bundled=name, paper=paper or None, license="apache-2.0", dataset="imagenette",
+               notes=cpu_tier_note(args.method, tier))
+    config.update(model_name=name, pretrained_cfg=cfg, cpu_tier=tier)
+    dest = args.out / name
+    if (dest / "config.json").is_file():
+        # A near-duplicate calibration (scripts/calibrate_dedup.py --write) measured on these very
+        # weights stays; on other weights it would be wrong, so it is dropped.
+        previous = json.loads((dest / "config.json").read_text(encoding="utf-8"))
+        if previous.get("files") == files and "dedup" in previous:
+            config["dedup"] = previous["dedup"]
+    config["pretrained_cfg"]["metrics"] = dict(config.get("metrics") or {})
+
+    tmp = args.out / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for file in [*files, "model.safetensors.index.json", "curves.png"]:
+        if (src / file).is_file():
+            shutil.copy2(src / file, tmp / file)
+    shutil.copy2(bundle / "run" / "metrics.csv", tmp / "training_log.csv")  # per-epoch loss, lr, throughput, monitor
+    for task in ("knn", "linear"):
+        shutil.copy2(reports / f"{task}_fp16.json", tmp / f"eval_{task}.json")
+        shutil.copy2(reports / f"{task}.json", tmp / f"eval_{task}_fp32.json")
+        if task in rand:
+            shutil.copy2(args.random_init / f"{task}.json", tmp / f"eval_{task}_random_init.json")
+    atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
+    card = src / "README.md"
+    sections = extra_sections(card.read_text(encoding="utf-8")) if card.is_file() else {}
+    sections = {k: v.replace(local_dir, "") if local_dir != "/" else v for k, v in sections.items()}
+    sections["Evaluation details"] = evaluation_details(name, fp16, fp32, rand, tier)
+    sections.pop("Near-duplicate threshold", None)
+    if "dedup" in config:
+        sections["Near-duplicate threshold"] = dedup_card_section(config["dedup"], name)
+    atomic_write_text(tmp / "README.md", render_card(config, sections, folder=dest))
+    if dest.exists():
+        shutil.rmtree(dest)
+    tmp.rename(dest)
+
+    print(f"wrote {dest}: kNN k=20 {100 * tier['fp16_top1']['knn_k20_top1']:.2f}%, k=200 "
+          f"{100 * tier['fp16_top1']['knn_k200_top1']:.2f}% ({100 * gap:+.1f} pt vs random init), linear "
+          f"{100 * tier['fp16_top1']['linear_fast_top1']:.2f}%; {tier['train_time_s'] / 60:.1f} min, {tier['views_per_s']:.0f} views/s")
+    if registered_name_of(config) != name:
+        print("\nnot registered yet: add this to cl_zoo/models/pretrained.py, then run the script again for the card\n")
+        print(f"_cpu_tier({args.method!r}, {config['architecture']!r}, {json.dumps(files, indent=4)}, {{")
+        for key in ("imagenette_knn_k20_top1", "imagenette_knn_k200_top1", "imagenette_linear_fast_top1"):
+            print(f"    {key!r}: {round(config['metrics'][key], 4)},")
+        print("})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,94 @@
+"""The README's CPU-tier table, generated from the published folders so it cannot drift from them.
+
+    python scripts/cpu_tier_table.py            # print the table
+    python scripts/cpu_tier_table.py --write    # replace it in README.md (between the cpu-tier markers)
+    python scripts/cpu_tier_table.py --check    # exit 1 when README.md differs (tests/test_cpu_tier.py)
+
+Every figure comes from ``model_cards/<method>_resnet18.imagenette64_cpu/config.json`` (``cpu_tier``,
+written by scripts/bundle_cpu_tier.py from the evaluation reports in the same folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+METHODS = ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr")
+LABELS = {"simclr": "SimCLR", "mocov2": "MoCo v2", "dcl": "DCL", "dclw": "DCLW", "simo": "SiMo (EqCo)",
+          "jcl": "JCL", "cmc": "CMC (L/ab)", "cacr": "CACR"}
+BEGIN, END = "<!-- cpu-tier-table -->", "<!-- /cpu-tier-table -->"
+
+
+def tier_rows(cards: Path) -> list[dict]:
+    rows = []
+    for method in METHODS:
+        config = cards / f"{method}_resnet18.imagenette64_cpu" / "config.json"
+        if config.is_file():
+            data = json.loads(config.read_text(encoding="utf-8"))
+            rows.append({"method": method, "name": data["model_name"], "arch": data["architecture"], **data["cpu_tier"]})
+    return rows
+
+
+def pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}%"
+
+
+def render(cards: Path = REPO / "model_cards") -> str:
+    rows = tier_rows(cards)
+    lines = [
+        "| method | checkpoint | kNN k=20 | kNN k=200 | linear (fast) | train time | views/s |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(rows, key=lambda r: -r["fp16_top1"]["knn_k200_top1"]):
+        top = r["fp16_top1"]
+        lines.append(
+            f"| {LABELS[r['method']]} | `{r['name']}` | {pct(top.get('knn_k20_top1'))} | {pct(top.get('knn_k200_top1'))} | "
+            f"{pct(top.get('linear_fast_top1'))} | {r['train_time_s'] / 60:.0f} min | {r['views_per_s']:.0f} |"
+        )
+    baselines = {}
+    for r in rows:
+        baselines.setdefault(r["arch"], r["random_init_top1"])
+    for arch, top in baselines.items():
+        lines.append(
+            f"| random init | `{arch}` | {pct(top.get('knn_k20_top1'))} | {pct(top.get('knn_k200_top1'))} | "
+            f"{pct(top.get('linear_fast_top1'))} | - | - |"
+        )
+    missing = [LABELS[m] for m in METHODS if m not in {r["method"] for r in rows}]
+    if missing:
+        lines += ["", f"Not trained yet: {', '.join(missing)}."]
+    return "\n".join(lines)
+
+
+def replace_block(readme: str, table: str) -> str:
+    head, sep, rest = readme.partition(BEGIN)
+    _, sep2, tail = rest.partition(END)
+    if not sep or not sep2:
+        raise SystemExit(f"error: README.md has no {BEGIN} ... {END} block")
+    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="update README.md in place")
+    parser.add_argument("--check", action="store_true", help="exit 1 when README.md's table is stale")
+    args = parser.parse_args(argv)
+    table = render()
+    readme_path = REPO / "README.md"
+    readme = readme_path.read_text(encoding="utf-8")
+    updated = replace_block(readme, table)
+    if args.check:
+        if updated != readme:
+            print("error: README.md's CPU-tier table is stale: run python scripts/cpu_tier_table.py --write", file=sys.stderr)
+            return 1
+        return 0
+    if args.write:
+        readme_path.write_text(updated, encoding="utf-8")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
