@@ -144,10 +144,13 @@ def test_unknown_config_name_is_a_one_line_error(capsys, tmp_path):
 
 
 def test_detectron2_engine_dry_run_names_the_config(capsys, tmp_path):
-    assert main(["detect", "--engine", "detectron2", "--config", "coco-fpn-1x", "--model", "m",
+    from cl_zoo.registry import DEFAULT_MODEL  # a ResNet-18: its depth reaches the command
+
+    assert main(["detect", "--engine", "detectron2", "--config", "coco-fpn-1x", "--model", DEFAULT_MODEL,
                  "--output", str(tmp_path / "run"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "coco_R_50_FPN_1x.yaml" in out and "MODEL.WEIGHTS" in out and "train_net.py" in out
+    assert "MODEL.RESNETS.DEPTH 18" in out
 
 
 def test_torchvision_engine_trains_and_evaluates_on_tiny_coco(tiny_coco_dir, tmp_path):

@@ -11,6 +11,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
+import torchvision
 
 from cl_zoo.bundled import bundled_folder
 from cl_zoo.cli import main
@@ -21,8 +23,20 @@ needs_detectron2 = pytest.mark.skipif(not HAS_DETECTRON2, reason="detectron2 is 
                                       "build it from its repository to run these)")
 
 
+MODELS: dict[str, str] = {}  # depth -> a torchvision state-dict file (random weights)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def backbones(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The launcher reads the backbone's depth (also for --dry-run), so the model must be real."""
+    folder = tmp_path_factory.mktemp("backbones")
+    for depth in (18, 50):
+        torch.save(getattr(torchvision.models, f"resnet{depth}")().state_dict(), folder / f"r{depth}.pth")
+        MODELS[f"r{depth}"] = str(folder / f"r{depth}.pth")
+
+
 def _dry_run(capsys: pytest.CaptureFixture[str], *args: str) -> list[str]:
-    assert main(["detect", "--engine", "detectron2", "--model", "m", "--dry-run", *args]) == 0, capsys.readouterr().err
+    assert main(["detect", "--engine", "detectron2", "--model", MODELS["r50"], "--dry-run", *args]) == 0, capsys.readouterr().err
     return shlex.split(capsys.readouterr().out)
 
 
@@ -105,7 +119,7 @@ def test_coco_folder_is_registered_with_its_category_count(tiny_coco_dir, tmp_pa
 ])
 def test_options_detectron2_cannot_honour_are_refused_in_one_line(bccd_voc_dir, tmp_path, capsys, args, message):
     out = tmp_path / "run"
-    code = main(["detect", "--engine", "detectron2", "--model", "m", "--data", str(bccd_voc_dir / "bccd-voc"),
+    code = main(["detect", "--engine", "detectron2", "--model", MODELS["r50"], "--data", str(bccd_voc_dir / "bccd-voc"),
                  "--output", str(out), "--device", "cpu", "--dry-run", *args])
     err = capsys.readouterr().err
     assert code == 2 and message in err and err.startswith("error:") and err.count("\n") == 1, err
@@ -113,15 +127,15 @@ def test_options_detectron2_cannot_honour_are_refused_in_one_line(bccd_voc_dir, 
 
 
 def test_without_data_the_split_options_are_refused(capsys, tmp_path):
-    code = main(["detect", "--engine", "detectron2", "--config", "voc-c4", "--model", "m", "--output", str(tmp_path),
+    code = main(["detect", "--engine", "detectron2", "--config", "voc-c4", "--model", MODELS["r50"], "--output", str(tmp_path),
                  "--device", "cpu", "--train-split", "train", "--dry-run"])
     assert code == 2 and "--train-split needs --data" in capsys.readouterr().err
-    code = main(["detect", "--engine", "detectron2", "--model", "m", "--output", str(tmp_path), "--dry-run"])
+    code = main(["detect", "--engine", "detectron2", "--model", MODELS["r50"], "--output", str(tmp_path), "--dry-run"])
     assert code == 2 and "needs --config" in capsys.readouterr().err
 
 
 def test_torchvision_engine_refuses_detectron2_only_options(capsys, tmp_path):
-    code = main(["detect", "--model", "m", "--data", ".", "--output", str(tmp_path), "--dry-run"])
+    code = main(["detect", "--model", MODELS["r50"], "--data", ".", "--output", str(tmp_path), "--dry-run"])
     assert code == 2 and "--dry-run applies to --engine detectron2 only" in capsys.readouterr().err
 
 
@@ -133,7 +147,7 @@ def test_voc_folders_detectron2_cannot_read_are_refused_before_running(bccd_voc_
     for image_id in (voc / "ImageSets" / "Main" / "trainval.txt").read_text().split():
         shutil.copy(bccd_voc_dir / "bccd-voc" / "JPEGImages" / f"{image_id}.jpg", voc / "JPEGImages" / f"{image_id}.jpg")
     (voc / "JPEGImages" / f"{first}.jpg").rename(voc / "JPEGImages" / f"{first}.png")
-    code = main(["detect", "--engine", "detectron2", "--model", "m", "--data", str(voc), "--val-split", "none",
+    code = main(["detect", "--engine", "detectron2", "--model", MODELS["r50"], "--data", str(voc), "--val-split", "none",
                  "--output", str(tmp_path / "run"), "--device", "cpu", "--dry-run"])
     err = capsys.readouterr().err
     assert code == 2 and f"(first: {first}.jpg)" in err and "JPEGImages/<id>.jpg" in err and err.count("\n") == 1
@@ -199,3 +213,17 @@ def test_detectron2_trains_and_evaluates_a_voc_folder_of_its_own_classes(bccd_vo
     log = (tmp_path / "run" / "log.txt").read_text()
     assert (tmp_path / "run" / "model_final.pth").is_file()
     assert "Evaluating cl_zoo_val using 2007 metric" in log and "copypaste: AP,AP50,AP75" in log
+
+
+def test_resnet18_gets_its_depth_and_the_fpn_config_and_c4_is_refused(bccd_voc_dir, tmp_path, capsys):
+    root = str(bccd_voc_dir / "bccd-voc")
+    base = ["detect", "--engine", "detectron2", "--model", MODELS["r18"], "--data", root, "--output", str(tmp_path), "--dry-run"]
+    assert main(base) == 0
+    cmd = shlex.split(capsys.readouterr().out)
+    assert _value(cmd, "--config-file").endswith("coco_R_50_FPN_1x.yaml")  # the C4 head needs bottleneck blocks
+    assert _value(cmd, "MODEL.RESNETS.DEPTH") == "18" and _value(cmd, "MODEL.RESNETS.RES2_OUT_CHANNELS") == "64"
+    assert main([*base, "--config", "voc-c4"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ResNet-18 backbone cannot use --config voc-c4" in err
+    assert main([*base[:4], MODELS["r50"], *base[5:]]) == 0
+    assert "MODEL.RESNETS.DEPTH" not in capsys.readouterr().out  # the configs' own ResNet-50

@@ -25,10 +25,12 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
 
 
 def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: bool, prefix: str | None) -> None:
-    from cl_zoo.convert.export import export_detectron2
+    from cl_zoo.convert.export import export_detectron2, resnet_weights
     from cl_zoo.detection.detectron2_run import launch_detectron2, plan_detectron2_run
 
-    run = plan_detectron2_run(options, output)
+    # The backbone's depth picks the config keys (and refuses a C4 head for a ResNet-18), so it is
+    # read before anything is planned, also for --dry-run.
+    run = plan_detectron2_run(options, output, depth=resnet_weights(model, prefix).depth)
     if dry_run:
         click.echo(shlex.join(run.command()))
         return

@@ -168,8 +168,10 @@ def _refuse_unmappable(o: Detectron2Options, preset: Preset) -> None:
 def _datasets(o: Detectron2Options, preset: Preset) -> tuple[list[Detectron2Dataset], list[Detectron2Dataset]]:
     if not o.data:
         return [], []
-    train_split = o.train_split or preset.train_split
-    val_split = o.val_split or preset.val_split
+    # A VOC folder keeps VOC's splits whichever config trains on it (a ResNet-18 gets the FPN config).
+    voc = (Path(o.data[0]).expanduser() / "Annotations").is_dir()
+    train_split = o.train_split or ("trainval" if voc else preset.train_split)
+    val_split = o.val_split or ("test" if voc else preset.val_split)
     train = [describe_dataset(root, train_split, TRAIN_NAME.format(i)) for i, root in enumerate(o.data)]
     val = [] if val_split.lower() == "none" else [
         describe_dataset(o.val_data or o.data[0], val_split, VAL_NAME, evaluated=True)
@@ -177,16 +179,36 @@ def _datasets(o: Detectron2Options, preset: Preset) -> tuple[list[Detectron2Data
     return train, val
 
 
-def default_preset(data: tuple[str, ...]) -> str:
-    """``--config`` when not given: the VOC protocol for a VOC folder, COCO R50-C4 1x for a COCO one."""
+def default_preset(data: tuple[str, ...], depth: int = 50) -> str:
+    """``--config`` when not given: the VOC protocol for a VOC folder, COCO R50-C4 1x for a COCO one;
+    the FPN config for a ResNet-18/34, which detectron2's C4 head cannot take."""
     if not data:
         raise ClZooError("--engine detectron2 needs --config (voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x) or --data")
+    if depth < 50:
+        return "coco-fpn-1x"
     return "voc-c4" if (Path(data[0]).expanduser() / "Annotations").is_dir() else "coco-c4-1x"
 
 
-def plan_detectron2_run(o: Detectron2Options, output: str | os.PathLike[str]) -> Detectron2Run:
-    """Resolve every option into a :class:`Detectron2Run`, or refuse with a one-line ClZooError."""
-    preset = get_preset(o.preset or default_preset(o.data))
+def _depth_overrides(depth: int, preset_name: str, preset: Preset) -> list[tuple[str, str, str]]:
+    """The configs are written for ResNet-50; another depth is set here, or refused where detectron2
+    cannot build it (its C4 head makes res5 of bottleneck blocks, which a ResNet-18/34 does not have)."""
+    if depth == 50:
+        return []
+    if depth < 50 and preset.head == "c4":
+        raise ClZooError(f"a ResNet-{depth} backbone cannot use --config {preset_name}: detectron2's C4 head builds res5 "
+                         "from bottleneck blocks (ResNet-50 and deeper); use --config coco-fpn-1x or --engine torchvision")
+    overrides = [("--model", "MODEL.RESNETS.DEPTH", str(depth))]
+    if depth < 50:  # detectron2 requires it for its basic-block ResNets
+        overrides.append(("--model", "MODEL.RESNETS.RES2_OUT_CHANNELS", "64"))
+    return overrides
+
+
+def plan_detectron2_run(o: Detectron2Options, output: str | os.PathLike[str], depth: int = 50) -> Detectron2Run:
+    """Resolve every option into a :class:`Detectron2Run`, or refuse with a one-line ClZooError.
+
+    ``depth`` is the exported backbone's (``resnet_weights(model).depth``)."""
+    preset_name = o.preset or default_preset(o.data, depth)
+    preset = get_preset(preset_name)
     _refuse_unmappable(o, preset)
     folder = bundled_folder("detectron2")
     train_net, config = folder / "train_net.py", folder / "configs" / preset.yaml
@@ -213,6 +235,7 @@ def plan_detectron2_run(o: Detectron2Options, output: str | os.PathLike[str]) ->
         ("--proposals-test", "MODEL.RPN.POST_NMS_TOPK_TEST", str(o.proposals_test)),
         ("--checkpoint-period", "SOLVER.CHECKPOINT_PERIOD", str(o.checkpoint_period)),
         ("--workers", "DATALOADER.NUM_WORKERS", str(o.workers)),
+        *_depth_overrides(depth, preset_name, preset),
     ]
     if o.norm == "frozen":
         mapped.append(("--norm", "MODEL.RESNETS.NORM", "FrozenBN"))
