@@ -22,7 +22,7 @@ from cl_zoo.embedding import model_metadata, save_embeddings
 from cl_zoo.search import dedup_threshold_for, nearest_neighbour_scores
 
 DATA = Path(__file__).parent / "data" / "embed"
-BUNDLED = "dcl_resnet18.imagenette64_cpu"
+BUNDLED = cl_zoo.registry.DEFAULT_MODEL  # the bundled default carries a calibration
 
 
 def pair(cos: float, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -95,9 +95,12 @@ def test_bundled_model_records_its_calibrated_threshold_and_embed_passes_it_on()
 
     model = load_embedding_model(BUNDLED)
     threshold = recorded_threshold(model.checkpoint_config)
-    assert threshold is not None and 0.959 < threshold <= 0.993  # above the closest strangers, below copies
     summary = model.checkpoint_config["dedup"]
+    whole = min(summary["copy_scores_by_kind"][kind]["min"] for kind in summary["whole_picture_kinds"])
+    assert threshold is not None and summary["distinct_nn_max"] < threshold <= whole  # above strangers, below copies
     assert summary["distinct_grouped"] == 0 and summary["copy_scores_by_kind"]["jpeg_q40"]["caught"] == "255/255"
+    card = (Path(cl_zoo.__file__).parents[1] / "model_cards" / BUNDLED / "README.md").read_text()
+    assert f"similarity **>= {threshold:g}**" in card  # the card states the recorded threshold
     assert model_metadata(model, BUNDLED)["dedup_threshold"] == str(threshold)
 
 

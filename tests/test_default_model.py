@@ -43,7 +43,9 @@ def test_default_model_loads_offline_and_is_trained(monkeypatch) -> None:
     model = cl_zoo.create_model(DEFAULT_MODEL, pretrained=True)
     assert Path(model.checkpoint_source).resolve() == _bundled_folder().resolve()
     config = json.loads((_bundled_folder() / "config.json").read_text())
-    assert config["method"] == "dcl" and config["recipe"]["epochs"] >= 1
+    assert config["method"] == get_pretrained(DEFAULT_MODEL).cfg.method and config["recipe"]["epochs"] >= 1
+    # Standard width, so `cl-zoo export` can hand it to torchvision/timm/detectron2.
+    assert config["architecture"] == "resnet18" and config["model_args"] == {}
     # Trained weights are not the initialisation: BN statistics moved away from (0, 1).
     bn = model.bn1
     assert not torch.allclose(bn.running_var, torch.ones_like(bn.running_var))

@@ -1,4 +1,4 @@
-"""The zoo's pretrained checkpoints: one :func:`register_pretrained` call per published model.
+"""The zoo's pretrained checkpoints: one registration per published model.
 
 Entries whose folder is bundled under ``model_cards/`` load offline; the others resolve through
 the Hugging Face Hub (or, for author-released files, their original URL) via :mod:`cl_zoo.hub`.
@@ -7,33 +7,46 @@ Every bundled file is pinned by sha256 here, so a stale or edited copy is refuse
 
 from __future__ import annotations
 
+from cl_zoo.card import PAPERS
 from cl_zoo.registry import IMAGENET_MEAN, IMAGENET_STD, PretrainedCfg, register_pretrained
 
-# The bundled default of `cl-zoo embed` (cl_zoo.registry.DEFAULT_MODEL): trained on a 2-core CPU with
-# `cl-zoo pretrain --recipe recipes/dcl_imagenette64_cpu.yaml`, evaluated with `cl-zoo knn` /
-# `cl-zoo linear-eval` on Imagenette val (see model_cards/dcl_resnet18.imagenette64_cpu/README.md).
-register_pretrained(
-    "dcl_resnet18.imagenette64_cpu",
-    "resnet18",
-    PretrainedCfg(
-        bundled="dcl_resnet18.imagenette64_cpu",
-        sha256={"model.safetensors": "c73fd280a4ff1f6db1cbf3fb04a8370b274760988668e6d9fd5ae86155dcb18f"},
-        mean=IMAGENET_MEAN,
-        std=IMAGENET_STD,
-        input_size=(3, 64, 64),
-        interpolation="bilinear",
-        crop_pct=0.875,
-        method="dcl",
-        paper="Decoupled Contrastive Learning (Yeh et al., ECCV 2022)",
-        dataset="imagenette",
-        epochs=25,
-        license="apache-2.0",
-        metrics={
-            "imagenette_knn_k20_top1": 0.5376,
-            "imagenette_knn_k200_top1": 0.5304,
-            "imagenette_linear_fast_top1": 0.5582,
-        },
-        notes="Half-width ResNet-18 trained for 25 epochs at 64 px on a 2-core CPU: a small default, not a research checkpoint.",
-    ),
-    width=0.5,
-)
+
+def _cpu_tier(method: str, arch: str, sha256: dict[str, str], metrics: dict[str, float]) -> None:
+    """One checkpoint of the CPU tier (README "The CPU tier"): the eight methods trained by
+    ``scripts/train_cpu_tier.sh METHOD`` with one protocol (Imagenette train, 64 px, batch 256, SGD
+    with cosine decay, 30 epochs) on a 2-core CPU, published by ``scripts/bundle_cpu_tier.py``, which
+    prints this call. ``metrics`` are the float16 weights' own, on Imagenette val with fp32 features.
+    """
+    name = f"{method}_resnet18.imagenette64_cpu"
+    register_pretrained(
+        name,
+        arch,
+        PretrainedCfg(
+            bundled=name,
+            sha256=sha256,
+            mean=IMAGENET_MEAN,
+            std=IMAGENET_STD,
+            input_size=(3, 64, 64),
+            interpolation="bilinear",
+            crop_pct=0.875,
+            method=method,
+            paper=PAPERS[method][0],
+            dataset="imagenette",
+            epochs=30,
+            license="apache-2.0",
+            metrics=metrics,
+            notes="CPU tier: trained for 30 epochs at 64 px on a 2-core CPU with the protocol shared by all eight "
+            "methods (recipes/" + method + "_imagenette64_cpu_tier.yaml); a comparison at a small budget, not a research checkpoint.",
+        ),
+    )
+
+
+# The bundled default of `cl-zoo embed` (cl_zoo.registry.DEFAULT_MODEL) is the tier's best by kNN k=200.
+_cpu_tier("dcl", "resnet18", {
+    "model-00001-of-00002.safetensors": "3fbe78ea283dd14a49db30db961d75af83fe9b6765a65ea7d75c228a71cf65d9",
+    "model-00002-of-00002.safetensors": "d560467e6eb11c6b3d6a5c6ad35558d8358307b3ba39eb2bea510a3bc82d1694",
+}, {"imagenette_knn_k20_top1": 0.5712, "imagenette_knn_k200_top1": 0.5669, "imagenette_linear_fast_top1": 0.6145})
+_cpu_tier("mocov2", "resnet18", {
+    "model-00001-of-00002.safetensors": "01b731169f4e48d34425e9eaeb5e895217a1f33e401ee130a13c6191d43a696b",
+    "model-00002-of-00002.safetensors": "c48c9383395471dd252c70b51446d7c94e1525dd170cf3ebfff94f9423015fdf",
+}, {"imagenette_knn_k20_top1": 0.4785, "imagenette_knn_k200_top1": 0.4759, "imagenette_linear_fast_top1": 0.532})

@@ -1,0 +1,150 @@
+"""The CPU tier's published checkpoints (issue 16): each folder is what scripts/bundle_cpu_tier.py
+makes from its evaluation reports, its numbers are those reports', it learned (>= 15 points of kNN
+k=200 above random init), the README table is generated from the folders, and each exports to
+torchvision, timm and detectron2 (CMC's L/ab pair is refused in one line)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from torchvision.models import resnet18
+
+import cl_zoo
+from cl_zoo.checkpoint import sha256_file
+from cl_zoo.cli import main
+from cl_zoo.eval.report import compare_reports
+from cl_zoo.registry import DEFAULT_MODEL, get_pretrained, list_models
+
+REPO = Path(__file__).resolve().parents[1]
+CARDS = REPO / "model_cards"
+TIER = sorted(n for n in list_models("*_resnet18.imagenette64_cpu", pretrained=True))
+sys.path.insert(0, str(REPO / "scripts"))
+import bundle_cpu_tier  # noqa: E402
+import cpu_tier_table  # noqa: E402
+
+
+def folder_of(name: str) -> Path:
+    return CARDS / get_pretrained(name).cfg.bundled
+
+
+def test_the_tier_is_registered_and_the_default_is_its_best() -> None:
+    assert TIER, "no CPU-tier checkpoint is registered"
+    assert DEFAULT_MODEL in TIER
+    best = max(TIER, key=lambda n: get_pretrained(n).cfg.metrics["imagenette_knn_k200_top1"])
+    assert DEFAULT_MODEL == best, f"the default should be the tier's best ({best})"
+
+
+@pytest.mark.parametrize("name", TIER)
+def test_folder_pins_reports_and_learning(name: str) -> None:
+    entry = get_pretrained(name)
+    folder = folder_of(name)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["model_name"] == name and config["weights_dtype"] == "float16"
+    assert entry.cfg.sha256 == config["files"] and entry.cfg.sha256
+    for file, digest in entry.cfg.sha256.items():
+        assert sha256_file(folder / file) == digest
+        assert (folder / file).stat().st_size <= 15_000_000  # shards stay small in git
+    tier = config["cpu_tier"]
+    assert tier["epochs"] == config["recipe"]["epochs"] == 30 and tier["method"] == entry.cfg.method
+    assert tier["train_time_s"] > 0 and tier["views_per_s"] > 0 and tier["machine"]
+    # Every number is the reports' own, and the reports were computed on these very files.
+    for task in ("knn", "linear"):
+        fp16 = json.loads((folder / f"eval_{task}.json").read_text())
+        fp32 = json.loads((folder / f"eval_{task}_fp32.json").read_text())
+        assert fp16["model"]["checkpoint_files_sha256"] == entry.cfg.sha256
+        assert (fp16["features"]["precision"], fp16["features"]["backend"]) == ("fp32", "torch")
+        assert all(row["ok"] for row in compare_reports(fp32, fp16, 0.001))  # float16 within 0.1 pt
+        for key, value in fp16["metrics"].items():
+            assert config["metrics"][f"imagenette_{key}"] == pytest.approx(value)
+    for key, value in entry.cfg.metrics.items():
+        assert config["metrics"][key] == pytest.approx(value, abs=5e-5)
+    random_init = json.loads((folder / "eval_knn_random_init.json").read_text())
+    assert random_init["model"]["source"] == "random-init"
+    assert random_init["model"]["architecture"] == config["architecture"]
+    gap = config["metrics"]["imagenette_knn_k200_top1"] - random_init["metrics"]["knn_k200_top1"]
+    assert gap >= 0.15, f"{name} is only {100 * gap:.1f} points above random init"
+
+
+@pytest.mark.parametrize("name", TIER[:1])
+def test_bundle_script_reproduces_the_folder_and_refuses_bad_reports(name: str, tmp_path: Path) -> None:
+    """Rebuild the bundle layout train_cpu_tier.sh leaves from the published folder and run the script."""
+    folder = folder_of(name)
+    config = json.loads((folder / "config.json").read_text())
+    bundle, rand, out = tmp_path / "bundle", tmp_path / "random", tmp_path / "out"
+    shutil.copytree(folder, bundle / "model")
+    (bundle / "reports").mkdir()
+    rand.mkdir()
+    for task in ("knn", "linear"):
+        shutil.copy2(folder / f"eval_{task}.json", bundle / "reports" / f"{task}_fp16.json")
+        shutil.copy2(folder / f"eval_{task}_fp32.json", bundle / "reports" / f"{task}.json")
+        if (folder / f"eval_{task}_random_init.json").is_file():
+            shutil.copy2(folder / f"eval_{task}_random_init.json", rand / f"{task}.json")
+    (bundle / "run").mkdir()
+    shutil.copy2(folder / "training_log.csv", bundle / "run" / "metrics.csv")
+    (bundle / "logs").mkdir()
+    (bundle / "logs" / "machine.txt").write_text(config["cpu_tier"]["machine"] + "\n")
+    method = config["cpu_tier"]["method"]
+    args = [method, "--bundle", str(bundle), "--random-init", str(rand), "--out", str(out)]
+    assert bundle_cpu_tier.main(args) == 0
+    for file in ("config.json", "README.md"):
+        assert (out / name / file).read_text() == (folder / file).read_text(), f"{file} is not what the script makes"
+
+    # A report computed with bf16 features is refused, and nothing is written.
+    shutil.rmtree(out)
+    report = json.loads((bundle / "reports" / "knn_fp16.json").read_text())
+    report["features"]["precision"] = "bf16"
+    (bundle / "reports" / "knn_fp16.json").write_text(json.dumps(report))
+    with pytest.raises(SystemExit, match="2"):
+        bundle_cpu_tier.main(args)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_readme_table_is_generated_from_the_folders() -> None:
+    readme = (REPO / "README.md").read_text()
+    table = cpu_tier_table.render(CARDS)
+    assert f"{cpu_tier_table.BEGIN}\n{table}\n{cpu_tier_table.END}" in readme, (
+        "README's CPU-tier table is stale: run python scripts/cpu_tier_table.py --write"
+    )
+    for name in TIER:
+        assert f"`{name}`" in table
+
+
+@pytest.mark.parametrize("name", [n for n in TIER if get_pretrained(n).arch == "resnet18"])
+def test_exports_to_torchvision_timm_and_detectron2(name: str, tmp_path: Path) -> None:
+    model = cl_zoo.create_model(name, pretrained=True).eval()
+    for target, file in (("torchvision", "tv.pth"), ("timm", "timm.safetensors"), ("detectron2", "d2.pkl")):
+        assert main(["export", target, name, str(tmp_path / file)]) == 0
+    reference = resnet18()
+    reference.fc = torch.nn.Identity()
+    missing, unexpected = reference.load_state_dict(torch.load(tmp_path / "tv.pth", weights_only=True), strict=False)
+    assert not unexpected and set(missing) <= {"fc.weight", "fc.bias"}
+    reference.eval()
+    images = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.allclose(reference(images), model(images).float(), atol=1e-4)
+    timm_state = load_file(tmp_path / "timm.safetensors")
+    tv_state = torch.load(tmp_path / "tv.pth", weights_only=True)
+    assert timm_state.keys() == tv_state.keys() and all(torch.equal(timm_state[k], tv_state[k]) for k in tv_state)
+    with open(tmp_path / "d2.pkl", "rb") as fh:
+        d2 = pickle.load(fh)  # our own file, written a line above
+    weights = d2["model"]
+    assert "stem.conv1.weight" in weights and "res5.1.conv2.norm.running_var" in weights
+    assert weights["stem.conv1.weight"].shape == (64, 3, 7, 7)
+
+
+@pytest.mark.parametrize("name", [n for n in TIER if get_pretrained(n).arch != "resnet18"])
+def test_cmc_pair_is_refused_in_one_line(name: str, tmp_path: Path) -> None:
+    for target in ("torchvision", "timm", "detectron2"):
+        out = tmp_path / f"{target}.out"
+        proc = subprocess.run([sys.executable, "-m", "cl_zoo.cli", "export", target, name, str(out)],
+                              capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "L/ab pair" in proc.stderr
+        assert not out.exists()
