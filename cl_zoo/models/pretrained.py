@@ -50,3 +50,7 @@ _cpu_tier("mocov2", "resnet18", {
     "model-00001-of-00002.safetensors": "01b731169f4e48d34425e9eaeb5e895217a1f33e401ee130a13c6191d43a696b",
     "model-00002-of-00002.safetensors": "c48c9383395471dd252c70b51446d7c94e1525dd170cf3ebfff94f9423015fdf",
 }, {"imagenette_knn_k20_top1": 0.4785, "imagenette_knn_k200_top1": 0.4759, "imagenette_linear_fast_top1": 0.532})
+_cpu_tier("simclr", "resnet18", {
+    "model-00001-of-00002.safetensors": "d98e0c222e2cd8c030f8b7d72edef293d5e7a22d5f9c2de601401293928e8e71",
+    "model-00002-of-00002.safetensors": "4421be74aab4a63498804dda12468348c46408853078e0a0e67f56161f47ea5a",
+}, {"imagenette_knn_k20_top1": 0.4716, "imagenette_knn_k200_top1": 0.4678, "imagenette_linear_fast_top1": 0.5381})
