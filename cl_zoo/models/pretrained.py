@@ -54,3 +54,7 @@ _cpu_tier("simclr", "resnet18", {
     "model-00001-of-00002.safetensors": "d98e0c222e2cd8c030f8b7d72edef293d5e7a22d5f9c2de601401293928e8e71",
     "model-00002-of-00002.safetensors": "4421be74aab4a63498804dda12468348c46408853078e0a0e67f56161f47ea5a",
 }, {"imagenette_knn_k20_top1": 0.4716, "imagenette_knn_k200_top1": 0.4678, "imagenette_linear_fast_top1": 0.5381})
+_cpu_tier("dclw", "resnet18", {
+    "model-00001-of-00002.safetensors": "76ce16f3862adcdc892e032ff87b765aa2fd173d6b70f68e88245faeb533bba6",
+    "model-00002-of-00002.safetensors": "b13293f383fac6348ace770a14205550f453780513780113863683e386934134",
+}, {"imagenette_knn_k20_top1": 0.5501, "imagenette_knn_k200_top1": 0.5511, "imagenette_linear_fast_top1": 0.5944})
