@@ -10,11 +10,11 @@
 # (--resume), a finished run is only exported and evaluated again.
 # Expected pretraining time, 30 epochs on a dedicated 2-core CPU: `--precision auto` trains in bf16 on
 # AMX and AVX512_BF16 CPUs (measured 2.07x fp32 for full-width ResNet-18 at 64 px on a Zen 5 EPYC).
-# Measured there in bf16: dcl 44-46 s/epoch (~205 images/s), mocov2 48-62 s/epoch (~175 images/s;
-# its 30 epochs took 28 min and reached Imagenette val kNN k=200 47.5%, fast linear 53.3%);
-# from the step costs of benchmarks/cpu_tier_step_cost.py the others are simclr/dclw ~ dcl, simo and
-# cmc ~0.7-0.8x, jcl ~1.5x, cacr ~3x: about 23 min (dcl) to 70 min (cacr) per method, 3.5-4 h for all
-# eight. In fp32 roughly twice that.
+# Measured there in bf16 (median epoch; sum of 30 epochs): dcl 36 s (22 min), simclr 40 s (22.5 min),
+# dclw 38 s (19 min), mocov2 48-62 s (26 min); one-directional SiMo 28 s (the tier's SiMo is now
+# symmetric like MoCo v2, about twice that); cmc and jcl: see the README table; cacr ~3x dcl from
+# benchmarks/cpu_tier_step_cost.py (~55 min). All eight: about 4 h. In fp32 roughly twice that.
+# Keep the machine otherwise idle: on two cores a bf16 run slowed 7x while an evaluation shared them.
 #
 # Steps: `cl-zoo pretrain` on Imagenette train (64 px, the recipe's protocol) in its own process
 # group (setsid) with its log in $DEST/logs/pretrain.log; then scripts/evaluate_and_bundle.sh with
