@@ -62,6 +62,10 @@ def test_the_eight_recipes_share_one_protocol() -> None:
     # Fidelity options stay at the papers' forms in the tier.
     assert simo["negative_sampling"] == "per_query" and simo["margin"] is True
     assert recipes["cacr"].method_args["repulsion"] == "same_view"
+    # SiMo is MoCo v2 without the queue: in the tier the two differ in their negatives only.
+    assert simo["symmetric"] is recipes["mocov2"].method_args["symmetric"] is True
+    assert simo["momentum"] == recipes["mocov2"].method_args["momentum"]
+    assert simo["temperature"] == recipes["mocov2"].method_args["temperature"]
 
 
 def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
