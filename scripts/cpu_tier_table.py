@@ -58,7 +58,7 @@ def render(cards: Path = REPO / "model_cards") -> str:
         )
     missing = [LABELS[m] for m in METHODS if m not in {r["method"] for r in rows}]
     if missing:
-        lines += ["", f"Not trained yet: {', '.join(missing)}."]
+        lines += ["", f"Not published yet: {', '.join(missing)}."]
     return "\n".join(lines)
 
 
