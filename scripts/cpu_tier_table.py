@@ -39,14 +39,14 @@ def pct(value: float | None) -> str:
 def render(cards: Path = REPO / "model_cards") -> str:
     rows = tier_rows(cards)
     lines = [
-        "| method | checkpoint | kNN k=20 | kNN k=200 | linear (fast) | train time | views/s |",
+        "| method | checkpoint | kNN k=20 | kNN k=200 | linear (fast) | train time (epochs x median) | views/s |",
         "|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: -r["fp16_top1"]["knn_k200_top1"]):
         top = r["fp16_top1"]
         lines.append(
             f"| {LABELS[r['method']]} | `{r['name']}` | {pct(top.get('knn_k20_top1'))} | {pct(top.get('knn_k200_top1'))} | "
-            f"{pct(top.get('linear_fast_top1'))} | {r['train_time_s'] / 60:.0f} min | {r['views_per_s']:.0f} |"
+            f"{pct(top.get('linear_fast_top1'))} | {r['epochs'] * r['epoch_time_median_s'] / 60:.0f} min | {r['views_per_s']:.0f} |"
         )
     baselines = {}
     for r in rows:
