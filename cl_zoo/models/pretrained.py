@@ -58,3 +58,7 @@ _cpu_tier("dclw", "resnet18", {
     "model-00001-of-00002.safetensors": "76ce16f3862adcdc892e032ff87b765aa2fd173d6b70f68e88245faeb533bba6",
     "model-00002-of-00002.safetensors": "b13293f383fac6348ace770a14205550f453780513780113863683e386934134",
 }, {"imagenette_knn_k20_top1": 0.5501, "imagenette_knn_k200_top1": 0.5511, "imagenette_linear_fast_top1": 0.5944})
+_cpu_tier("jcl", "resnet18", {
+    "model-00001-of-00002.safetensors": "725f17da0cd4784c3179374d9b4e855e059187e680435c7efd4caef1d7cce67b",
+    "model-00002-of-00002.safetensors": "96125db7529645b10c3c7c4d25b41fb50405fbd41136309aa079e24f334f96a8",
+}, {"imagenette_knn_k20_top1": 0.4645, "imagenette_knn_k200_top1": 0.4655, "imagenette_linear_fast_top1": 0.5215})
