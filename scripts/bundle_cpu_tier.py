@@ -130,7 +130,7 @@ def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
         "augmentation family, batch 256, SGD lr 0.06 with cosine decay, the same epochs) and each method's own "
         "hyper-parameters from its paper's small-scale settings, so the methods can be compared at a budget anyone can "
         f"re-run on a laptop. Machine: {tier['machine']}; training precision {tier['training_precision']}. "
-        f"{tier['epochs']} epochs took {minutes:.1f} min of training (median epoch {tier['epoch_time_median_s']:.0f} s: "
+        f"{tier['epochs']} epochs took {minutes:.1f} min of wall time, summed over the epochs, including any epoch slowed or paused by other work on the machine (median epoch {tier['epoch_time_median_s']:.0f} s: "
         f"{tier['images_per_s']:.0f} images/s, {tier['views_per_s']:.0f} views/s). One seed at 64 px on 10 classes is not the paper's setting: read the "
         "numbers as this budget's, not the method's ceiling."
     )
