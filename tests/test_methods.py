@@ -33,6 +33,7 @@ CASES = {
     "cmc_multiview": ("resnet18_cifar", dict(num_views=3, graph="full")),
     "cmc_bank_nce": ("cmc_resnet18_cifar_lab", dict(negatives="memory_bank", objective="nce", bank_size=32, num_negatives=10)),
     "cmc_bank_softmax": ("cmc_resnet18_cifar_lab", dict(negatives="memory_bank", objective="softmax", bank_size=32, num_negatives=10)),
+    "cmc_independent": ("cmc_resnet18_cifar_lab", dict(view_crops="independent")),
     "cacr": ("resnet18_cifar", dict(num_positives=2, t_neg=0.9)),
     "cacr_moco": ("resnet18_cifar", dict(num_positives=1, form="moco", queue_size=20)),
     "cacr_released": ("resnet18_cifar", dict(num_positives=2, t_neg=0.9, repulsion="cross_view")),
@@ -230,6 +231,23 @@ def test_build_method_errors_are_one_line() -> None:
         build_method("cmc", "cmc_resnet18_cifar_lab", num_views=2, model_args=dict(width=0.0625))
     with pytest.raises(ClZooError, match="bank_size"):
         build_method("cmc", "cmc_resnet18_cifar_lab", negatives="memory_bank", model_args=dict(width=0.0625))
+    with pytest.raises(ClZooError, match="view_crops must be 'shared'"):
+        build_method("cmc", "cmc_resnet18_cifar_lab", view_crops="both", model_args=dict(width=0.0625))
+    with pytest.raises(ClZooError, match="view_crops applies to the dual"):
+        build_method("cmc", "resnet18_cifar", view_crops="independent", **TINY)
+
+
+def test_cmc_independent_crops_take_l_from_the_first_crop_and_ab_from_the_second() -> None:
+    """view_crops='independent': two crops per image, L of crop 1 against ab of crop 2 (the pair then
+    contrasts in space too); the default keeps the authors' one crop for both."""
+    shared, independent = make("cmc"), make("cmc_independent")
+    assert shared.num_views == 1 and independent.num_views == 2
+    (first, second), _ = make_views(independent)
+    dual = independent.backbone
+    l_feat, ab_feat = dual.forward_views(first, second)
+    torch.testing.assert_close(l_feat, dual.forward_views(first)[0])
+    torch.testing.assert_close(ab_feat, dual.forward_views(second)[1])
+    assert not torch.allclose(ab_feat, dual.forward_views(first)[1])
 
 
 def test_projection_head_bn_layout() -> None:

@@ -2,9 +2,13 @@
 
 The backbone is a :class:`cl_zoo.models.cmc_dual.CMCDualEncoder`: one encoder per colour view, and
 ``forward_views`` splits an RGB crop into L and ab and returns both pooled features. The two views
-of an image therefore come from the *same* crop, so the data pipeline produces one augmented view
-per image (``num_views = 1``, the ``cmc`` preset: crop + flip, RGB in [0, 1]); the exported
-representation is the concatenation of both encoders' features.
+of an image come from the *same* crop by default (``view_crops="shared"``, the authors' ImageNet
+code), so the data pipeline produces one augmented view per image (``num_views = 1``, the ``cmc``
+preset: crop + flip, RGB in [0, 1]). ``view_crops="independent"`` draws two crops per image and takes
+L from the first and ab from the second: the supplement credits contrastive learning's edge over
+prediction partly to "random jittering and cropping between views", which makes the pair contrast in
+space as well as across channels. The exported representation is the concatenation of both
+encoders' features either way.
 
 Each view gets its own projection head (CMC's code: one linear layer to 128-d, ``head_layers=1``) and
 the two embeddings are contrasted either
@@ -59,14 +63,22 @@ class CMC(ContrastiveMethod):
         head_bn: bool = False,
         num_views: int | None = None,
         graph: str = "core",
+        view_crops: str = "shared",
         **base_kwargs: object,
     ) -> None:
         colour_views = hasattr(backbone, "forward_views") and hasattr(backbone, "view_features")
+        if view_crops not in ("shared", "independent"):
+            raise ValueError(f"view_crops must be 'shared' (L and ab of one crop) or 'independent' (one crop each), got {view_crops!r}")
         if colour_views:
             if num_views not in (None, 1):
-                raise ValueError("with a dual (L, ab) backbone CMC takes one augmented crop per image: num_views must be 1")
+                raise ValueError(
+                    "with a dual (L, ab) backbone CMC takes one augmented crop per image: num_views must be 1 "
+                    "(view_crops='independent' draws a second crop for ab)"
+                )
             view_dims = [int(d) for d in backbone.view_features]  # type: ignore[attr-defined]
-            n_aug = 1
+            n_aug = 1 if view_crops == "shared" else 2
+        elif view_crops != "shared":
+            raise ValueError("view_crops applies to the dual (L, ab) backbone; augmentation views are separate crops already")
         else:
             n_aug = 2 if num_views is None else int(num_views)
             if n_aug < 2:
@@ -79,6 +91,7 @@ class CMC(ContrastiveMethod):
             raise ValueError(f"graph must be 'core' (Eq. 7) or 'full' (Eq. 8), got {graph!r}")
         self.graph = graph
         self.colour_views = colour_views
+        self.view_crops = view_crops
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
         if negatives not in ("in_batch", "memory_bank"):
@@ -104,9 +117,9 @@ class CMC(ContrastiveMethod):
             )
 
     def embed_views(self, views: list[Tensor]) -> list[Tensor]:
-        """One embedding per CMC view: (L, ab) of the single crop, or each augmented view."""
+        """One embedding per CMC view: (L, ab) of the crop (or of the two crops), or each augmented view."""
         if self.colour_views:
-            feats = self.backbone.forward_views(views[0])  # type: ignore[operator]
+            feats = self.backbone.forward_views(*views)  # type: ignore[operator]
             return [head(f) for head, f in zip(self.heads, feats)]
         return [self.heads[0](self.backbone.forward_features(v)) for v in views]
 
@@ -135,5 +148,6 @@ class CMC(ContrastiveMethod):
     def extra_repr(self) -> str:
         return (
             f"temperature={self.temperature}, negatives={self.negatives!r}, objective={self.objective!r}, "
-            f"num_negatives={self.num_negatives}, graph={self.graph!r}, " + super().extra_repr()
+            f"num_negatives={self.num_negatives}, graph={self.graph!r}, view_crops={self.view_crops!r}, "
+            + super().extra_repr()
         )

@@ -42,8 +42,13 @@ class CMCDualEncoder(nn.Module):
         self.view_features = [l_encoder.num_features, ab_encoder.num_features]
         self.num_features = sum(self.view_features)
 
-    def forward_views(self, rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward_views(self, rgb: torch.Tensor, ab_rgb: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L features, ab features) of one crop, or with ``ab_rgb`` L of ``rgb`` and ab of ``ab_rgb``:
+        two crops of an image, so the pair also contrasts in space (CMC supplement: "random
+        jittering and cropping between views"), each encoder still run once."""
         l_view, ab_view = self.to_lab(rgb)
+        if ab_rgb is not None:
+            ab_view = self.to_lab(ab_rgb)[1]
         dtype = next(self.l_encoder.parameters()).dtype
         return (
             self.l_encoder.forward_features(l_view.to(dtype)),
