@@ -219,18 +219,6 @@ def recorded_threshold(config: dict[str, Any] | None) -> float | None:
     return float(value) if isinstance(value, (int, float)) and -1.0 <= value <= 1.0 else None
 
 
-__all__ = [
-    "COPY_KINDS",
-    "WHOLE_PICTURE_KINDS",
-    "DedupCalibration",
-    "FALLBACK_DEDUP_THRESHOLD",
-    "calibrate_dedup_threshold",
-    "choose_threshold",
-    "recorded_threshold",
-    "write_copies",
-]
-
-
 def card_section(summary: dict[str, Any], folder: str) -> str:
     """The "Near-duplicate threshold" section of a model card, from :meth:`DedupCalibration.summary`.
 
@@ -254,3 +242,16 @@ def card_section(summary: dict[str, Any], folder: str) -> str:
         "rather than midway to the closest distinct pair, because strangers come closer in larger collections. "
         "Cropped copies score lower; `cl-zoo dedup --show-scores` shows the distribution in your collection."
     )
+
+
+__all__ = [
+    "COPY_KINDS",
+    "WHOLE_PICTURE_KINDS",
+    "DedupCalibration",
+    "FALLBACK_DEDUP_THRESHOLD",
+    "calibrate_dedup_threshold",
+    "card_section",
+    "choose_threshold",
+    "recorded_threshold",
+    "write_copies",
+]

@@ -1,12 +1,16 @@
 """Publish one evaluated CPU-tier run as ``model_cards/<method>_resnet18.imagenette64_cpu/``.
 
     python scripts/bundle_cpu_tier.py METHOD [--bundle DIR] [--random-init DIR] [--out model_cards]
+                                             [--other-seed DIR ...]
 
 Input is what ``scripts/train_cpu_tier.sh METHOD`` leaves in ``$OUT/<name>/``: ``model/`` (the
 float16 copy, already scored on itself), ``reports/`` (kNN and fast linear probe on Imagenette val,
 float32 and float16 weights), ``run/metrics.csv`` and ``logs/machine.txt``. ``--random-init`` is a
 folder with ``knn.json`` (and optionally ``linear.json``) from ``cl-zoo knn/linear-eval --random-init``
 on the same architecture and test images: the baseline each row of the zoo table is read against.
+``--other-seed`` names the bundle of the same recipe trained with another ``--seed``: its float16
+scores go into the card and the table beside this seed's (its weights are not published), so a gap
+between two methods can be read against the gap between two seeds of one.
 
 Why a script and not hand edits: the eight tier checkpoints are compared in one table, so every
 card must say the same things measured the same way (wall time, views/s, machine, float32 vs float16
@@ -92,14 +96,33 @@ def top1(report: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in report["metrics"].items() if k.endswith("top1")}
 
 
-def evaluation_details(name: str, fp16: dict[str, dict], fp32: dict[str, dict], rand: dict[str, dict], tier: dict) -> str:
+def other_seed(bundle: Path, method: str, recipe: dict[str, Any], test_files: str) -> tuple[dict[str, Any], dict[str, dict]]:
+    """The float16 scores of the same recipe trained with another seed (an evaluated bundle)."""
+    config = read_json(bundle / "model" / "config.json")
+    other = dict(config.get("recipe") or {})
+    seed = other.get("seed")
+    if other.get("method") != method or {**other, "seed": recipe.get("seed")} != recipe:
+        fail(f"{bundle}: not the published recipe with another seed (method {other.get('method')}, seed {seed})")
+    if seed == recipe.get("seed"):
+        fail(f"{bundle}: trained with seed {seed}, the published weights' own seed")
+    reports = {t: check_report(bundle / "reports" / f"{t}_fp16.json", dict(config.get("files") or {})) for t in ("knn", "linear")}
+    if reports["knn"]["data"]["test"]["file_list_hash"] != test_files:
+        fail(f"{bundle}: scored on other test images")
+    return {"seed": int(seed), "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])}}, reports
+
+
+def evaluation_details(
+    name: str, fp16: dict[str, dict], fp32: dict[str, dict], rand: dict[str, dict], tier: dict,
+    others: dict[int, dict[str, dict]] | None = None,
+) -> str:
     def pct(report: dict | None, key: str) -> str:
         value = (report or {}).get("metrics", {}).get(key)
         return "-" if value is None else f"{100 * value:.2f}%"
 
     rows = [
-        ("these float16 weights", fp16),
+        (f"these float16 weights (training seed {tier.get('seed', 0)})", fp16),
         ("the float32 weights they were cast from", fp32),
+        *((f"the same recipe with training seed {seed} (float16; weights not published)", r) for seed, r in sorted((others or {}).items())),
         (f"same architecture, random init (seed {rand['knn'].get('seed', 0)})", rand),
     ]
     table = "| features | kNN k=20 top-1 | kNN k=200 top-1 | linear (fast) top-1 |\n|---|---|---|---|\n" + "\n".join(
@@ -124,6 +147,8 @@ def evaluation_details(name: str, fp16: dict[str, dict], fp32: dict[str, dict], 
 
 def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
     minutes = tier["train_time_s"] / 60
+    n_seeds = 1 + len(tier.get("other_seeds") or [])
+    seeds = "One seed" if n_seeds == 1 else f"{n_seeds} seeds (the card's other seeds are scored, not published)"
     return (
         f"**Trained on a CPU**, not a GPU: one of the eight checkpoints of cl-zoo's CPU tier, where SimCLR, MoCo v2, DCL, "
         "DCLW, SiMo, JCL, CMC and CACR are trained with one protocol (Imagenette train, 64 px crops, the MoCo v2 "
@@ -131,7 +156,7 @@ def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
         "hyper-parameters from its paper's small-scale settings, so the methods can be compared at a budget anyone can "
         f"re-run on a laptop. Machine: {tier['machine']}; training precision {tier['training_precision']}. "
         f"{tier['epochs']} epochs took {minutes:.1f} min of wall time, summed over the epochs, including any epoch slowed or paused by other work on the machine (median epoch {tier['epoch_time_median_s']:.0f} s: "
-        f"{tier['images_per_s']:.0f} images/s, {tier['views_per_s']:.0f} views/s). One seed at 64 px on 10 classes is not the paper's setting: read the "
+        f"{tier['images_per_s']:.0f} images/s, {tier['views_per_s']:.0f} views/s). {seeds} at 64 px on 10 classes is not the paper's setting: read the "
         "numbers as this budget's, not the method's ceiling."
     )
 
@@ -144,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "model_cards", help="where the NAME folder is written (default model_cards/)")
     parser.add_argument("--run", type=Path, help="the training run's folder, for bundles whose config lacks training_data/precision")
     parser.add_argument("--machine", help="machine line for the card (default: the bundle's logs/machine.txt)")
+    parser.add_argument("--other-seed", type=Path, action="append", default=[], metavar="DIR",
+                        help="bundle of the same recipe trained with another --seed (scores shown, weights not published)")
     args = parser.parse_args(argv)
 
     name = f"{args.method}_resnet18.{TAG}"
@@ -184,9 +211,12 @@ def main(argv: list[str] | None = None) -> int:
     machine = args.machine or (machine_file.read_text(encoding="utf-8").strip() if machine_file.is_file() else None)
     if not machine:
         fail(f"no machine line: pass --machine or write {machine_file}")
+    others = [other_seed(b, args.method, dict(config.get("recipe") or {}), fp16["knn"]["data"]["test"]["file_list_hash"])
+              for b in args.other_seed]
     tier = {
         "method": args.method,
         "recipe": f"recipes/{args.method}_imagenette64_cpu_tier.yaml",
+        "seed": int((config.get("recipe") or {}).get("seed", 0)),
         "machine": machine,
         "training_precision": config["training_precision"],
         **training_summary(bundle / "run" / "metrics.csv"),
@@ -194,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         "fp16_top1": {**top1(fp16["knn"]), **top1(fp16["linear"])},
         "random_init_top1": {k: v for r in rand.values() for k, v in top1(r).items()},
     }
+    if others:
+        tier["other_seeds"] = sorted((summary for summary, _ in others), key=lambda o: o["seed"])
     gap = tier["fp16_top1"]["knn_k200_top1"] - tier["random_init_top1"]["knn_k200_top1"]
     if gap < 0.15:
         fail(f"kNN k=200 is only {100 * gap:.1f} points above random init (the tier requires 15): a method that "
@@ -225,11 +257,13 @@ def main(argv: list[str] | None = None) -> int:
         shutil.copy2(reports / f"{task}.json", tmp / f"eval_{task}_fp32.json")
         if task in rand:
             shutil.copy2(args.random_init / f"{task}.json", tmp / f"eval_{task}_random_init.json")
+        for b, (summary, _) in zip(args.other_seed, others):
+            shutil.copy2(b / "reports" / f"{task}_fp16.json", tmp / f"eval_{task}_seed{summary['seed']}.json")
     atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
     card = src / "README.md"
     sections = extra_sections(card.read_text(encoding="utf-8")) if card.is_file() else {}
     sections = {k: v.replace(local_dir, "") if local_dir != "/" else v for k, v in sections.items()}
-    sections["Evaluation details"] = evaluation_details(name, fp16, fp32, rand, tier)
+    sections["Evaluation details"] = evaluation_details(name, fp16, fp32, rand, tier, {o["seed"]: r for o, r in others})
     sections.pop("Near-duplicate threshold", None)
     if "dedup" in config:
         sections["Near-duplicate threshold"] = dedup_card_section(config["dedup"], name)

@@ -71,9 +71,21 @@ def test_folder_pins_reports_and_learning(name: str) -> None:
     assert random_init["model"]["architecture"] == config["architecture"]
     gap = config["metrics"]["imagenette_knn_k200_top1"] - random_init["metrics"]["knn_k200_top1"]
     assert gap >= 0.15, f"{name} is only {100 * gap:.1f} points above random init"
+    for other in tier.get("other_seeds") or []:  # scored, not published: their figures are their reports'
+        assert other["seed"] != tier["seed"]
+        for task in ("knn", "linear"):
+            report = json.loads((folder / f"eval_{task}_seed{other['seed']}.json").read_text())
+            assert report["model"]["checkpoint_files_sha256"] != entry.cfg.sha256
+            assert (report["features"]["precision"], report["features"]["backend"]) == ("fp32", "torch")
+            for key, value in report["metrics"].items():
+                if key.endswith("top1"):
+                    assert other["fp16_top1"][key] == pytest.approx(value)
 
 
-@pytest.mark.parametrize("name", TIER[:1])
+WITH_OTHER_SEEDS = [n for n in TIER if json.loads((folder_of(n) / "config.json").read_text())["cpu_tier"].get("other_seeds")]
+
+
+@pytest.mark.parametrize("name", sorted(set(TIER[:1] + WITH_OTHER_SEEDS[:1])))
 def test_bundle_script_reproduces_the_folder_and_refuses_bad_reports(name: str, tmp_path: Path) -> None:
     """Rebuild the bundle layout train_cpu_tier.sh leaves from the published folder and run the script."""
     folder = folder_of(name)
@@ -93,12 +105,31 @@ def test_bundle_script_reproduces_the_folder_and_refuses_bad_reports(name: str, 
     (bundle / "logs" / "machine.txt").write_text(config["cpu_tier"]["machine"] + "\n")
     method = config["cpu_tier"]["method"]
     args = [method, "--bundle", str(bundle), "--random-init", str(rand), "--out", str(out)]
+    for report in sorted(folder.glob("eval_knn_seed*.json")):  # the other seeds' bundles: reports + recipe
+        seed = int(report.stem.removeprefix("eval_knn_seed"))
+        other = tmp_path / f"seed{seed}"
+        (other / "reports").mkdir(parents=True)
+        (other / "model").mkdir()
+        for task in ("knn", "linear"):
+            shutil.copy2(folder / f"eval_{task}_seed{seed}.json", other / "reports" / f"{task}_fp16.json")
+        files = json.loads(report.read_text())["model"]["checkpoint_files_sha256"]
+        (other / "model" / "config.json").write_text(json.dumps({"files": files, "recipe": {**config["recipe"], "seed": seed}}))
+        args += ["--other-seed", str(other)]
     assert bundle_cpu_tier.main(args) == 0
     for file in ("config.json", "README.md"):
         assert (out / name / file).read_text() == (folder / file).read_text(), f"{file} is not what the script makes"
 
-    # A report computed with bf16 features is refused, and nothing is written.
+    # Another seed's bundle must be the same recipe: one that differs in anything else is refused.
     shutil.rmtree(out)
+    if "--other-seed" in args:
+        other_config = Path(args[args.index("--other-seed") + 1]) / "model" / "config.json"
+        changed = json.loads(other_config.read_text())
+        other_config.write_text(json.dumps({**changed, "recipe": {**changed["recipe"], "epochs": 1}}))
+        with pytest.raises(SystemExit, match="2"):
+            bundle_cpu_tier.main(args)
+        assert not out.exists() or not any(out.iterdir())
+        other_config.write_text(json.dumps(changed))
+    # A report computed with bf16 features is refused, and nothing is written.
     report = json.loads((bundle / "reports" / "knn_fp16.json").read_text())
     report["features"]["precision"] = "bf16"
     (bundle / "reports" / "knn_fp16.json").write_text(json.dumps(report))

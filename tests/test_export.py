@@ -65,6 +65,15 @@ def test_detectron2_r50_exact_keys_shapes_values(r50, tmp_path):
     assert all(k.endswith("num_batches_tracked") for k in summary.dropped) and len(summary.dropped) == 53
 
 
+def test_extracted_weights_export_like_the_model(r50, tmp_path):
+    """cl-zoo detect reads the backbone once (its depth picks the config) and exports what it read."""
+    weights = resnet_weights(r50)
+    assert resnet_weights(weights) is weights
+    export_detectron2(weights, tmp_path / "from_weights.pkl")
+    export_detectron2(r50, tmp_path / "from_model.pkl")
+    assert (tmp_path / "from_weights.pkl").read_bytes() == (tmp_path / "from_model.pkl").read_bytes()
+
+
 def test_raw_moco_checkpoint_keeps_query_encoder(r50, tmp_path):
     sd = r50.state_dict()
     raw = {f"module.encoder_q.{k}": v for k, v in sd.items()}

@@ -30,11 +30,12 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
 
     # The backbone's depth picks the config keys (and refuses a C4 head for a ResNet-18), so it is
     # read before anything is planned, also for --dry-run.
-    run = plan_detectron2_run(options, output, depth=resnet_weights(model, prefix).depth)
+    weights = resnet_weights(model, prefix)
+    run = plan_detectron2_run(options, output, depth=weights.depth)
     if dry_run:
         click.echo(shlex.join(run.command()))
         return
-    summary = export_detectron2(model, run.weights, prefix=prefix)
+    summary = export_detectron2(weights, run.weights)
     click.echo(summary.text())
     if importlib.util.find_spec("detectron2") is None:
         raise ClZooError(

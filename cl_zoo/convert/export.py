@@ -191,13 +191,19 @@ def _depth(state: Mapping[str, torch.Tensor], source: str) -> int:
     return depth
 
 
-def resnet_weights(source: str | nn.Module | Mapping[str, torch.Tensor], prefix: str | None = None) -> ResNetWeights:
+def resnet_weights(
+    source: str | nn.Module | Mapping[str, torch.Tensor] | ResNetWeights, prefix: str | None = None
+) -> ResNetWeights:
     """Extract the (query) encoder's torchvision-named ResNet weights from a model or checkpoint.
 
     The encoder is found by prefix: every key is split into ``<prefix><resnet key>``; prefixes
     that name a momentum/target copy are ignored, and of the rest the one with the most keys wins.
     Two equally large candidates (e.g. CMC's two halves) are ambiguous and need ``prefix``.
+    Weights already extracted pass through, so a caller that needs the depth first (``cl-zoo
+    detect``) reads a checkpoint once, not once per step.
     """
+    if isinstance(source, ResNetWeights):
+        return source
     if isinstance(source, nn.Module):
         from cl_zoo.models.cmc_dual import CMCDualEncoder
 
@@ -341,7 +347,7 @@ def detectron2_state(weights: ResNetWeights) -> tuple[dict[str, np.ndarray], dic
 
 
 def export_detectron2(
-    source: str | nn.Module | Mapping[str, torch.Tensor],
+    source: str | nn.Module | Mapping[str, torch.Tensor] | ResNetWeights,
     out: str | os.PathLike[str],
     *,
     prefix: str | None = None,
