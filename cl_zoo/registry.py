@@ -29,7 +29,7 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 # The bundled checkpoint `cl-zoo embed` uses when no --model is given (works offline).
-DEFAULT_MODEL: str = "dcl_resnet18.imagenette64_cpu"
+DEFAULT_MODEL: str = "cacr_resnet18.imagenette64_cpu"
 
 
 @dataclass

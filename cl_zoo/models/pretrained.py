@@ -42,6 +42,10 @@ def _cpu_tier(method: str, arch: str, sha256: dict[str, str], metrics: dict[str,
 
 
 # The bundled default of `cl-zoo embed` (cl_zoo.registry.DEFAULT_MODEL) is the tier's best by kNN k=200.
+_cpu_tier("cacr", "resnet18", {
+    "model-00001-of-00002.safetensors": "4e4b001bf93642bef4d7b05d8abd553e90e225e23f31e5f05478d0632961ef20",
+    "model-00002-of-00002.safetensors": "72003e0fc416ac63e81b59785eac5a626d15858b8ecf41821b3f4d918472f70e",
+}, {"imagenette_knn_k20_top1": 0.6288, "imagenette_knn_k200_top1": 0.6074, "imagenette_linear_fast_top1": 0.6492})
 _cpu_tier("dcl", "resnet18", {
     "model-00001-of-00002.safetensors": "3fbe78ea283dd14a49db30db961d75af83fe9b6765a65ea7d75c228a71cf65d9",
     "model-00002-of-00002.safetensors": "d560467e6eb11c6b3d6a5c6ad35558d8358307b3ba39eb2bea510a3bc82d1694",
