@@ -45,7 +45,7 @@ TIER = ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr")
 def test_the_eight_recipes_share_one_protocol() -> None:
     """Same data, crop size, batch, epochs, optimizer and schedule for all eight; standard ResNet-18
     (CMC: the L/ab pair at ResNet-18's size); the augmentation family is MoCo v2's crop + colour
-    (CMC: the same crop, no colour ops, as its views are colour channels)."""
+    (CMC: the same crop, no colour ops, as its views are colour channels; L and ab from two crops)."""
     from cl_zoo.data.augment import preset
     from cl_zoo.train.recipe import Recipe
 
@@ -62,6 +62,7 @@ def test_the_eight_recipes_share_one_protocol() -> None:
     # Fidelity options stay at the papers' forms in the tier.
     assert simo["negative_sampling"] == "per_query" and simo["margin"] is True
     assert recipes["cacr"].method_args["repulsion"] == "same_view"
+    assert recipes["cmc"].method_args["view_crops"] == "independent"  # the supplement's "cropping between views"
     # SiMo is MoCo v2 without the queue: in the tier the two differ in their negatives only.
     assert simo["symmetric"] is recipes["mocov2"].method_args["symmetric"] is True
     assert simo["momentum"] == recipes["mocov2"].method_args["momentum"]

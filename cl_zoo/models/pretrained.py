@@ -11,11 +11,19 @@ from cl_zoo.card import PAPERS
 from cl_zoo.registry import IMAGENET_MEAN, IMAGENET_STD, PretrainedCfg, register_pretrained
 
 
-def _cpu_tier(method: str, arch: str, sha256: dict[str, str], metrics: dict[str, float]) -> None:
+def _cpu_tier(
+    method: str,
+    arch: str,
+    sha256: dict[str, str],
+    metrics: dict[str, float],
+    mean: tuple[float, float, float] = IMAGENET_MEAN,
+    std: tuple[float, float, float] = IMAGENET_STD,
+) -> None:
     """One checkpoint of the CPU tier (README "The CPU tier"): the eight methods trained by
     ``scripts/train_cpu_tier.sh METHOD`` with one protocol (Imagenette train, 64 px, batch 256, SGD
     with cosine decay, 30 epochs) on a 2-core CPU, published by ``scripts/bundle_cpu_tier.py``, which
     prints this call. ``metrics`` are the float16 weights' own, on Imagenette val with fp32 features.
+    ``mean``/``std`` are the training input's (the folder's config.json; a test compares them).
     """
     name = f"{method}_resnet18.imagenette64_cpu"
     register_pretrained(
@@ -24,8 +32,8 @@ def _cpu_tier(method: str, arch: str, sha256: dict[str, str], metrics: dict[str,
         PretrainedCfg(
             bundled=name,
             sha256=sha256,
-            mean=IMAGENET_MEAN,
-            std=IMAGENET_STD,
+            mean=mean,
+            std=std,
             input_size=(3, 64, 64),
             interpolation="bilinear",
             crop_pct=0.875,
@@ -66,3 +74,10 @@ _cpu_tier("jcl", "resnet18", {
     "model-00001-of-00002.safetensors": "725f17da0cd4784c3179374d9b4e855e059187e680435c7efd4caef1d7cce67b",
     "model-00002-of-00002.safetensors": "96125db7529645b10c3c7c4d25b41fb50405fbd41136309aa079e24f334f96a8",
 }, {"imagenette_knn_k20_top1": 0.4645, "imagenette_knn_k200_top1": 0.4655, "imagenette_linear_fast_top1": 0.5215})
+# CMC's L/ab pair (cmc_resnet18_lab): the zoo's embed/knn/linear-eval take it; torchvision, timm and
+# detectron2 cannot (neither half takes RGB), so it cannot be the default, which must export.
+_cpu_tier("cmc", "cmc_resnet18_lab", {
+    "model-00001-of-00002.safetensors": "b478737c1365570c1fd4616cb67be9b1051e73c3d54f219a46d11d2475aeee54",
+    "model-00002-of-00002.safetensors": "7c95c227fbaea7a6b0a22b236a6575f1ddfb8854d16f4f9fe1acc8d6cb3371c5",
+}, {"imagenette_knn_k20_top1": 0.6242, "imagenette_knn_k200_top1": 0.6028, "imagenette_linear_fast_top1": 0.6713},
+    mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))  # RGB in [0, 1]: the pair converts to Lab itself
