@@ -74,6 +74,10 @@ _cpu_tier("jcl", "resnet18", {
     "model-00001-of-00002.safetensors": "725f17da0cd4784c3179374d9b4e855e059187e680435c7efd4caef1d7cce67b",
     "model-00002-of-00002.safetensors": "96125db7529645b10c3c7c4d25b41fb50405fbd41136309aa079e24f334f96a8",
 }, {"imagenette_knn_k20_top1": 0.4645, "imagenette_knn_k200_top1": 0.4655, "imagenette_linear_fast_top1": 0.5215})
+_cpu_tier("simo", "resnet18", {
+    "model-00001-of-00002.safetensors": "3c23b5efbe1f06d29e3030ca5ec24ee138b189b479736d746fc47f9bc0800c82",
+    "model-00002-of-00002.safetensors": "ad5085b80a38300a04171a9692795248c1dcf253f7851d0ae2333dd643962372",
+}, {"imagenette_knn_k20_top1": 0.4953, "imagenette_knn_k200_top1": 0.4775, "imagenette_linear_fast_top1": 0.5455})
 # CMC's L/ab pair (cmc_resnet18_lab): the zoo's embed/knn/linear-eval take it; torchvision, timm and
 # detectron2 cannot (neither half takes RGB), so it cannot be the default, which must export.
 _cpu_tier("cmc", "cmc_resnet18_lab", {
