@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 from cl_zoo.checkpoint import save_pretrained
 from cl_zoo.errors import CheckpointError, ClZooError, DataError, HubError, ModelNotFoundError
-from cl_zoo.hub import load_model, load_pretrained
+from cl_zoo.checkpoint.hub import load_model, load_pretrained
 from cl_zoo.registry import PretrainedCfg, create_model, list_models, register_model, register_pretrained
 
 

@@ -641,7 +641,7 @@ def embed(
 
 def load_embedding_model(model: str | os.PathLike[str] | nn.Module | None) -> nn.Module:
     """``load_model`` with the zoo's bundled default for ``None``."""
-    from cl_zoo.hub import load_model
+    from cl_zoo.checkpoint.hub import load_model
     from cl_zoo.registry import DEFAULT_MODEL
 
     return load_model(DEFAULT_MODEL if model is None else model)
@@ -665,7 +665,7 @@ def model_reference(spec: str | os.PathLike[str] | None) -> str:
 
     A checkpoint folder or file on disk becomes an absolute path (``runs/x/model`` is meaningless
     to ``cl-zoo search`` run elsewhere); registered names and ``hf-hub:`` ids stay as they are.
-    Paths are checked first, as :func:`cl_zoo.hub.load_pretrained` does.
+    Paths are checked first, as :func:`cl_zoo.checkpoint.hub.load_pretrained` does.
     """
     if spec is None:
         return ""

@@ -8,7 +8,7 @@ Two kinds of names:
   architecture plus a :class:`PretrainedCfg` saying where its weights live and how they were made,
   registered with :func:`register_pretrained`.
 
-``create_model(name, pretrained=True)`` resolves the weights through :mod:`cl_zoo.hub`.
+``create_model(name, pretrained=True)`` resolves the weights through :mod:`cl_zoo.checkpoint.hub`.
 """
 
 from __future__ import annotations
@@ -193,6 +193,24 @@ def is_pretrained_name(name: str) -> bool:
     return name in _PRETRAINED
 
 
+def is_architecture(name: str) -> bool:
+    """Whether ``name`` is a registered architecture (random weights), not a pretrained name."""
+    _ensure_loaded()
+    return name in _ARCHS
+
+
+def find_pretrained(name: str) -> PretrainedEntry | None:
+    """The pretrained entry registered under ``name``, or None (no error, no suggestions)."""
+    _ensure_loaded()
+    return _PRETRAINED.get(name)
+
+
+def find_arch(name: str) -> ModelEntry | None:
+    """The architecture registered under ``name``, or None."""
+    _ensure_loaded()
+    return _ARCHS.get(name)
+
+
 def build_arch(arch: str, cfg: PretrainedCfg | None = None, **kwargs: Any) -> nn.Module:
     """Instantiate an architecture and attach its pretrained config (``model.pretrained_cfg``)."""
     entry = get_arch(arch)
@@ -217,7 +235,7 @@ def create_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Modul
     if name in _PRETRAINED:
         entry = _PRETRAINED[name]
         if pretrained:
-            from cl_zoo.hub import load_registered
+            from cl_zoo.checkpoint.hub import load_registered
 
             return load_registered(entry, **kwargs)
         model = build_arch(entry.arch, entry.cfg, **{**entry.model_kwargs, **kwargs})

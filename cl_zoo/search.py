@@ -200,7 +200,7 @@ def _model_folder(meta: dict[str, str], embeddings: str | os.PathLike[str] | Non
     if spec and Path(spec).is_file():
         return Path(spec).parent
     try:
-        from cl_zoo.hub import find_bundled
+        from cl_zoo.checkpoint.hub import find_bundled
         from cl_zoo.registry import get_pretrained
 
         bundled = get_pretrained(spec).cfg.bundled if spec else None

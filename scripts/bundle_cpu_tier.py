@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cl_zoo.card import PAPERS, extra_sections, registered_name_of, render_card
+from cl_zoo.checkpoint.card import PAPERS, extra_sections, registered_name_of, render_card
 from cl_zoo.dedup_calibration import card_section as dedup_card_section
 from cl_zoo.eval.report import compare_reports, read_report
 from cl_zoo.fileio import atomic_write_text

@@ -49,10 +49,10 @@ echo "== float16 copy -> $DEST/model"
 import dataclasses, json, sys
 from pathlib import Path
 import torch
-from cl_zoo.card import extra_sections
+from cl_zoo.checkpoint.card import extra_sections
 from cl_zoo.checkpoint import save_pretrained
 from cl_zoo.fileio import atomic_write_bytes
-from cl_zoo.hub import load_pretrained
+from cl_zoo.checkpoint.hub import load_pretrained
 
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 config = json.loads((src / "config.json").read_text())

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import cl_zoo
-from cl_zoo.card_usage import check_usage, retarget, usage_blocks
+from cl_zoo.checkpoint.usage import check_usage, retarget, usage_blocks
 from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
-from cl_zoo.hub import load_model
-from cl_zoo.publish import card_for_repo
+from cl_zoo.checkpoint.hub import load_model
+from cl_zoo.checkpoint.publish import card_for_repo
 
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED = sorted(p for p in (REPO / "model_cards").iterdir() if (p / CONFIG_NAME).is_file())

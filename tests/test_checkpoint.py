@@ -10,7 +10,7 @@ import torch
 
 import cl_zoo
 from cl_zoo import checkpoint
-from cl_zoo.card import parse_front_matter
+from cl_zoo.checkpoint.card import parse_front_matter
 from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME, load_folder
 from cl_zoo.errors import CheckpointError
 
@@ -168,7 +168,7 @@ def test_failed_save_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     def broken_card(*args: object, **kwargs: object) -> str:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr("cl_zoo.card.render_card", broken_card)
+    monkeypatch.setattr("cl_zoo.checkpoint.card.render_card", broken_card)
     with pytest.raises(RuntimeError, match="disk full"):
         cl_zoo.save_pretrained(tiny(5), folder, max_shard_size="60KB")
     # The earlier checkpoint is intact and no staging folder or shard is left behind.

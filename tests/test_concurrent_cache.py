@@ -18,7 +18,7 @@ import pytest
 import cl_zoo
 from cl_zoo.checkpoint import load_folder
 from cl_zoo.fileio import file_lock
-from cl_zoo.publish import publish_folder
+from cl_zoo.checkpoint.publish import publish_folder
 
 from hub_server import FakeHub
 from test_import_official import moco_file

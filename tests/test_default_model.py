@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 import cl_zoo
-from cl_zoo.card import parse_front_matter
+from cl_zoo.checkpoint.card import parse_front_matter
 from cl_zoo.checkpoint import sha256_file
 from cl_zoo.cli import main
 from cl_zoo.registry import DEFAULT_MODEL, get_pretrained

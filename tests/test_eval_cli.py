@@ -162,7 +162,7 @@ def test_card_update_writes_metrics_and_model_index(tmp_path, cache, capsys):
     import yaml
 
     from cl_zoo import create_model, save_pretrained
-    from cl_zoo.card import parse_front_matter
+    from cl_zoo.checkpoint.card import parse_front_matter
 
     torch.manual_seed(0)
     model = create_model("resnet18_cifar", width=0.125)
@@ -312,7 +312,7 @@ def test_compare_reports_top1_within_tolerance(tmp_path):
 
 def test_card_update_keeps_sections_not_built_from_config(tmp_path):
     from cl_zoo import create_model, save_pretrained
-    from cl_zoo.card import extra_sections
+    from cl_zoo.checkpoint.card import extra_sections
     from cl_zoo.eval.features import weights_sha256
     from cl_zoo.eval.report import update_card
 

@@ -2,7 +2,7 @@
 
 Environment: ``HF_ENDPOINT``, ``HF_HUB_CACHE``, ``HF_TOKEN`` and ``HF_HUB_OFFLINE`` are set with
 monkeypatch. ``huggingface_hub`` freezes most of them at import, but cl-zoo re-reads them on every
-call (``cl_zoo.hub.hub_settings``) and passes them explicitly, so no subprocess or patching of
+call (``cl_zoo.checkpoint.hub.hub_settings``) and passes them explicitly, so no subprocess or patching of
 ``huggingface_hub.constants`` is needed except for the saved-token paths in the no-token test.
 """
 
@@ -20,7 +20,7 @@ import cl_zoo
 from cl_zoo.checkpoint import INDEX_NAME, WEIGHTS_NAME, sha256_file
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError, HubError
-from cl_zoo.publish import publish_folder
+from cl_zoo.checkpoint.publish import publish_folder
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
 from hub_server import FakeHub

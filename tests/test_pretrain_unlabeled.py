@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from cl_zoo.card_usage import check_usage
+from cl_zoo.checkpoint.usage import check_usage
 from cl_zoo.cli import main
 from cl_zoo.data.folder import content_fingerprint, open_image_folder
 from cl_zoo.errors import DataError

@@ -28,18 +28,17 @@ def _arch_stats(arch: str, kwargs_json: str) -> tuple[int, int]:
 
 def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, Any]]:
     """One dict per registered name: the data behind the table and ``--json``."""
-    from cl_zoo.hub import find_bundled
+    from cl_zoo.checkpoint.hub import find_bundled
     from cl_zoo.models.releases import RELEASES
-    from cl_zoo.registry import _ARCHS, _PRETRAINED, list_models
+    from cl_zoo.registry import find_pretrained, get_arch, list_models
 
     rows = []
     for name in list_models(pattern, pretrained=pretrained):
-        if name in _PRETRAINED:
-            entry = _PRETRAINED[name]
+        if (entry := find_pretrained(name)) is not None:
             arch, cfg, kwargs = entry.arch, entry.cfg, entry.model_kwargs
             kind = "pretrained"
         else:
-            arch, cfg, kwargs = name, _ARCHS[name].default_cfg, {}
+            arch, cfg, kwargs = name, get_arch(name).default_cfg, {}
             kind = "architecture"
         params, features = _arch_stats(arch, json.dumps(kwargs, sort_keys=True))
         sources: list[dict[str, str | None]] = []  # in the order they are tried; releases add the page's words
@@ -119,16 +118,15 @@ def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
 def info_command(name: str, as_json: bool) -> None:
     """Show one registered model: architecture, size, preprocessing, provenance and sources."""
     from cl_zoo.models.releases import RELEASES
-    from cl_zoo.registry import _ARCHS, _PRETRAINED, _ensure_loaded, get_arch
+    from cl_zoo.registry import find_pretrained, get_arch
 
-    _ensure_loaded()
-    if name not in _PRETRAINED and name not in _ARCHS:
-        get_arch(name)  # raises "unknown model ...; did you mean ..." over every registered name
+    entry = find_pretrained(name)
+    # get_arch raises "unknown model ...; did you mean ..." over every registered name
+    cfg = entry.cfg if entry is not None else get_arch(name).default_cfg
     row = next(r for r in model_rows(name) if r["name"] == name)
-    cfg = _PRETRAINED[name].cfg if name in _PRETRAINED else _ARCHS[name].default_cfg
     info = {**row, "pretrained_cfg": cfg.to_dict()}
-    if name in _PRETRAINED:
-        info["model_kwargs"] = dict(_PRETRAINED[name].model_kwargs)
+    if entry is not None:
+        info["model_kwargs"] = dict(entry.model_kwargs)
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return

@@ -29,7 +29,7 @@ def publish_command(
     The token comes from HF_TOKEN or `hf auth login`; HF_ENDPOINT selects another Hub. The
     printed hf-hub:owner/name@<commit> id pins exactly what was uploaded.
     """
-    from cl_zoo.publish import card_for_repo, publish_folder, validate_folder
+    from cl_zoo.checkpoint.publish import card_for_repo, publish_folder, validate_folder
 
     if dry_run:
         report = validate_folder(folder)

@@ -106,7 +106,7 @@ def _fetch_hub(source: Any) -> Path:
         RevisionNotFoundError,
     )
 
-    from cl_zoo.hub import hub_settings
+    from cl_zoo.checkpoint.hub import hub_settings
 
     settings = hub_settings()
     local_only = bool(settings["local_files_only"]) or offline()

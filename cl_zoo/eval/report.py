@@ -232,7 +232,7 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
     The report must have been produced by the weights in ``folder`` (same state-dict sha256):
     otherwise a card could advertise another model's accuracy. Returns the metrics written.
     """
-    from cl_zoo.card import extra_sections, render_card
+    from cl_zoo.checkpoint.card import extra_sections, render_card
     from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, load_folder, read_config
     from cl_zoo.errors import CheckpointError
     from cl_zoo.eval.features import weights_sha256

@@ -1,13 +1,13 @@
 """The zoo's pretrained checkpoints: one registration per published model.
 
 Entries whose folder is bundled under ``model_cards/`` load offline; the others resolve through
-the Hugging Face Hub (or, for author-released files, their original URL) via :mod:`cl_zoo.hub`.
+the Hugging Face Hub (or, for author-released files, their original URL) via :mod:`cl_zoo.checkpoint.hub`.
 Every bundled file is pinned by sha256 here, so a stale or edited copy is refused rather than used.
 """
 
 from __future__ import annotations
 
-from cl_zoo.card import PAPERS
+from cl_zoo.checkpoint.card import PAPERS
 from cl_zoo.registry import IMAGENET_MEAN, IMAGENET_STD, PretrainedCfg, register_pretrained
 
 

@@ -97,7 +97,7 @@ def _register(release: Release, *, method: str, paper: str, epochs: int, license
     base = get_arch(release.arch).default_cfg
     first_url = next((s for s in release.sources if isinstance(s, UrlSource)), None)
     cfg = PretrainedCfg(
-        # ``url`` marks the entry as a release for cl_zoo.hub; the full ordered list is RELEASES[name].sources.
+        # ``url`` marks the entry as a release for cl_zoo.checkpoint.hub; the full ordered list is RELEASES[name].sources.
         url=first_url.url if first_url else release.sources[0].describe(),
         filename=release.filename,
         mean=mean or base.mean,

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.bundled import bundled_folder
-from cl_zoo.checkpoint import (
+from cl_zoo.checkpoint.folder import (
     CONFIG_NAME,
     INDEX_NAME,
     WEIGHTS_NAME,
@@ -244,13 +244,12 @@ def load_model(spec: str | os.PathLike[str] | nn.Module) -> nn.Module:
     architecture without parameters (``pixels``). Architectures with parameters are refused: random
     features are almost never what a user meant.
     """
-    from cl_zoo.registry import _ARCHS, _ensure_loaded, create_model
+    from cl_zoo.registry import create_model, is_architecture
 
     if isinstance(spec, nn.Module):
         return spec.eval()
     text = os.fspath(spec)
-    _ensure_loaded()
-    if text in _ARCHS:
+    if is_architecture(text):
         model = create_model(text)
         if any(True for _ in model.parameters()):
             raise ClZooError(

@@ -3,7 +3,7 @@
 A folder is checked before anything leaves the machine (its config parses, its weights load into
 the architecture it names and match the checksums recorded at save time, its model card has
 front matter, and the card's usage snippet, pointed at the target repo, runs against the folder:
-see :mod:`cl_zoo.card_usage`), because a broken upload is public and cached by every user who
+see :mod:`cl_zoo.checkpoint.usage`), because a broken upload is public and cached by every user who
 pulls it. A card written by ``save_pretrained`` names the folder's local path in its load calls;
 the uploaded card names ``hf-hub:<repo id>`` there instead, and the local folder's card is left as
 it was (the upload is staged from hard links, never by editing the user's files).
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, load_folder, weight_files
+from cl_zoo.checkpoint.folder import CARD_NAME, CONFIG_NAME, load_folder, weight_files
 from cl_zoo.errors import CheckpointError, HubError
 
 # Files written by save_pretrained's staging step or editors: never part of a release.
@@ -55,7 +55,7 @@ class PublishResult:
 
 def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
     """Check that a folder is a complete, loadable checkpoint with a model card."""
-    from cl_zoo.card import parse_front_matter
+    from cl_zoo.checkpoint.card import parse_front_matter
 
     folder = Path(folder)
     if not folder.is_dir():
@@ -88,9 +88,9 @@ def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
 def card_for_repo(folder: str | os.PathLike[str], repo_id: str) -> str:
     """The folder's card with its load calls naming ``hf-hub:<repo_id>``, after checking that its
     usage snippet runs against the folder (CheckpointError, one line, when it does not)."""
-    from cl_zoo.card import registered_name_of
-    from cl_zoo.card_usage import check_usage, retarget, usage_blocks
-    from cl_zoo.checkpoint import read_config
+    from cl_zoo.checkpoint.card import registered_name_of
+    from cl_zoo.checkpoint.usage import check_usage, retarget, usage_blocks
+    from cl_zoo.checkpoint.folder import read_config
 
     folder = Path(folder)
     card = folder / CARD_NAME
@@ -150,7 +150,7 @@ def publish_folder(
     from huggingface_hub import HfApi, get_token
     from huggingface_hub.errors import HfHubHTTPError
 
-    from cl_zoo.hub import hub_settings
+    from cl_zoo.checkpoint.hub import hub_settings
 
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise HubError(f"bad repo id {repo_id!r}: expected owner/name")

@@ -110,12 +110,11 @@ def registered_name_of(config: Mapping[str, Any]) -> str | None:
     A fine-tuned copy saved from a registered model keeps its ``model_name``; only the sha256 pins
     tell whether ``create_model(name, pretrained=True)`` would give back *these* weights.
     """
-    from cl_zoo.registry import _PRETRAINED, _ensure_loaded
+    from cl_zoo.registry import find_pretrained
 
     name = config.get("model_name")
     files = config.get("files") or {}
-    _ensure_loaded()
-    entry = _PRETRAINED.get(str(name))
+    entry = find_pretrained(str(name))
     if entry is None or not files or dict(entry.cfg.sha256) != dict(files):
         return None
     return entry.name

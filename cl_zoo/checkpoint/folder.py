@@ -28,7 +28,7 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from cl_zoo.checkpoint_checks import (
+from cl_zoo.checkpoint.checks import (
     FLOAT_DTYPES,
     TORCH_DTYPE_NAMES,
     build_error,
@@ -72,7 +72,7 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
 def weight_files(folder: str | os.PathLike[str]) -> list[str]:
     """Names of the safetensors files that hold a folder's weights (one file or the shards).
 
-    Every name comes out checked by :func:`~cl_zoo.checkpoint_checks.weights_name`: a plain
+    Every name comes out checked by :func:`~cl_zoo.checkpoint.checks.weights_name`: a plain
     ``.safetensors`` name inside the folder, never a path that leads elsewhere.
     """
     folder = Path(folder)
@@ -208,7 +208,7 @@ def save_pretrained(
         (staging / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
         written.append(CONFIG_NAME)
         if card:
-            from cl_zoo.card import render_card
+            from cl_zoo.checkpoint.card import render_card
 
             (staging / CARD_NAME).write_text(render_card(config, sections=card_sections, folder=folder))
             written.append(CARD_NAME)
@@ -408,7 +408,7 @@ def load_folder(
 ) -> nn.Module:
     """Build the model a checkpoint folder describes and load its weights (float32, eval mode).
 
-    The folder is untrusted input (see :mod:`cl_zoo.checkpoint_checks`): file names, config
+    The folder is untrusted input (see :mod:`cl_zoo.checkpoint.checks`): file names, config
     values, headers, dtypes and values are all checked, each failure one ``CheckpointError`` line.
     """
     folder = Path(folder)
