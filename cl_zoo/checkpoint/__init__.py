@@ -19,6 +19,8 @@ from cl_zoo.checkpoint.folder import (
     INDEX_NAME,
     WEIGHTS_NAME,
     MismatchMessages,
+    config_pretrained_cfg,
+    consolidate_weights,
     load_folder,
     load_state_dict,
     load_state_into,
@@ -29,6 +31,7 @@ from cl_zoo.checkpoint.folder import (
     save_pretrained,
     sha256_file,
     shard_map,
+    upgrade_config,
     weight_files,
 )
 
@@ -40,6 +43,8 @@ __all__ = [
     "INDEX_NAME",
     "WEIGHTS_NAME",
     "MismatchMessages",
+    "config_pretrained_cfg",
+    "consolidate_weights",
     "load_folder",
     "load_state_dict",
     "load_state_into",
@@ -50,5 +55,6 @@ __all__ = [
     "save_pretrained",
     "sha256_file",
     "shard_map",
+    "upgrade_config",
     "weight_files",
 ]

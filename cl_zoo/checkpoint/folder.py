@@ -1,15 +1,21 @@
-"""The checkpoint format: a folder that is exactly a Hugging Face Hub model repo.
+"""The checkpoint format: a folder that is exactly a Hugging Face Hub model repo, and a timm one.
 
 ::
 
-    config.json                      architecture, model args, preprocessing, method, recipe, metrics
-    model.safetensors                backbone weights, or shards model-0000K-of-0000N.safetensors
-    model.safetensors.index.json     with this index when one file would pass the shard size
+    config.json                      architecture, num_classes, num_features, model_args, pretrained_cfg
+                                     (timm's fields only); cl-zoo's own keys beside them (method,
+                                     recipe, metrics, cl_zoo_pretrained_cfg, files, evaluations...)
+    model.safetensors                backbone weights; shards model-0000K-of-0000N.safetensors plus
+    model.safetensors.index.json     this index only past the Hub's usual shard size (5 GB)
     README.md                        the model card (YAML front matter + sections)
 
-Sharding follows ``huggingface_hub``'s convention (same file names, same index schema), so
-``transformers``-style tooling and the Hub's file browser understand the folder. Only safetensors
-are written or read here: loading never unpickles.
+format_version 2 is what ``timm.create_model("local-dir:FOLDER" or "hf-hub:owner/name",
+pretrained=True)`` reads for the ResNets timm has (:mod:`cl_zoo.checkpoint.timm_compat`): timm
+passes every ``pretrained_cfg`` key to its ``PretrainedCfg`` dataclass, which refuses unknown ones,
+and reads only ``model.safetensors``. Folders written as version 1 (every field in
+``pretrained_cfg``, 15 MB shards) still load. Sharding follows ``huggingface_hub``'s convention
+(same names, same index schema, same 5 GB default as ``split_torch_state_dict_into_shards``). Only
+safetensors are written or read here: loading never unpickles.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from cl_zoo.checkpoint.timm_compat import ZOO_CFG_KEY, merged_pretrained_cfg, split_pretrained_cfg
 from cl_zoo.checkpoint.checks import (
     FLOAT_DTYPES,
     TORCH_DTYPE_NAMES,
@@ -46,8 +53,8 @@ CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
 CARD_NAME = "README.md"
-FORMAT_VERSION = 1
-DEFAULT_MAX_SHARD_SIZE = "15MB"
+FORMAT_VERSION = 2
+DEFAULT_MAX_SHARD_SIZE = "5GB"
 
 
 def parse_size(size: int | str) -> int:
@@ -137,19 +144,23 @@ def model_config(
     cfg_dict = cfg.to_dict()
     if metrics:
         cfg_dict["metrics"] = {**cfg_dict.get("metrics", {}), **dict(metrics)}
+    timm_cfg, zoo_cfg = split_pretrained_cfg(cfg_dict, arch)
+    # timm's keys first (what timm.create_model reads), then cl-zoo's, which timm ignores.
     config: dict[str, Any] = {
+        "architecture": arch,
+        "num_classes": 0,
+        "num_features": int(getattr(model, "num_features", 0)),
+        "model_args": dict(getattr(model, "model_kwargs", {})),
+        "pretrained_cfg": timm_cfg,
         "format": "cl-zoo",
         "format_version": FORMAT_VERSION,
         "cl_zoo_version": __version__,
         "model_name": getattr(model, "model_name", arch),
-        "architecture": arch,
-        "model_args": dict(getattr(model, "model_kwargs", {})),
-        "num_features": int(getattr(model, "num_features", 0)),
         "num_params": sum(p.numel() for p in model.parameters()),
         "method": cfg.method,
         "recipe": dict(recipe or {}),
         "metrics": dict(cfg_dict["metrics"]),
-        "pretrained_cfg": cfg_dict,
+        ZOO_CFG_KEY: zoo_cfg,
     }
     if extra_config:
         config.update(extra_config)
@@ -225,6 +236,53 @@ def save_pretrained(
     return folder
 
 
+# config.json keys in the order model_config writes them (timm's first); others follow in their own order.
+_CONFIG_ORDER = ("architecture", "num_classes", "num_features", "model_args", "pretrained_cfg", "format",
+                 "format_version", "cl_zoo_version", "model_name", "num_params", "method", "recipe", "metrics",
+                 ZOO_CFG_KEY)
+
+
+def upgrade_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A config.json of any format version rewritten as the current one (same facts, timm-readable).
+
+    Used to re-lay out published folders without retraining or re-evaluating them; a current config
+    comes back equal.
+    """
+    merged = merged_pretrained_cfg(config)
+    method = config.get("method") if config.get("method") is not None else merged.get("method")
+    metrics = config.get("metrics") if config.get("metrics") is not None else merged.get("metrics", {})
+    merged.update(method=method, metrics=metrics)
+    timm_cfg, zoo_cfg = split_pretrained_cfg(merged, str(config.get("architecture")))
+    fresh: dict[str, Any] = {
+        "num_classes": 0, "pretrained_cfg": timm_cfg, ZOO_CFG_KEY: zoo_cfg,
+        "format": "cl-zoo", "format_version": FORMAT_VERSION, "method": method, "metrics": dict(metrics or {}),
+    }
+    upgraded = {key: fresh[key] if key in fresh else config[key] for key in _CONFIG_ORDER if key in fresh or key in config}
+    upgraded.update((key, value) for key, value in config.items() if key not in upgraded)
+    return upgraded
+
+
+def consolidate_weights(folder: str | os.PathLike[str]) -> dict[str, str]:
+    """Rewrite sharded weights as one ``model.safetensors`` (same tensors, same bytes per tensor).
+
+    What timm and the Hub's widgets read; shards stay only past the Hub's usual 5 GB. Returns the
+    new ``{file: sha256}``; a folder already in one file is left as it is.
+    """
+    folder = Path(folder)
+    if not (folder / INDEX_NAME).is_file():
+        return {WEIGHTS_NAME: sha256_file(folder / WEIGHTS_NAME)}
+    shards = weight_files(folder)
+    state = load_state_dict(folder)
+    tmp = folder / f".{WEIGHTS_NAME}.tmp"
+    save_file(state, str(tmp), metadata={"format": "pt"})
+    os.chmod(tmp, 0o666 & ~current_umask())
+    os.replace(tmp, folder / WEIGHTS_NAME)
+    for name in shards:
+        (folder / name).unlink()
+    (folder / INDEX_NAME).unlink()
+    return {WEIGHTS_NAME: sha256_file(folder / WEIGHTS_NAME)}
+
+
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a checkpoint folder's config.json."""
     path = member(Path(folder), CONFIG_NAME, str(folder))
@@ -236,6 +294,8 @@ def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
             raise CheckpointError(f"{path} lacks '{key}'")
         if not isinstance(config[key], kind):
             raise CheckpointError(f"{path}: '{key}' must be a {kind.__name__}")
+    if ZOO_CFG_KEY in config and not isinstance(config[ZOO_CFG_KEY], dict):
+        raise CheckpointError(f"{path}: '{ZOO_CFG_KEY}' must be a dict")
     files = config.get("files")
     if files is not None:
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
@@ -243,6 +303,11 @@ def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
         for name in files:
             weights_name(Path(folder), name, f"{path} files")
     return config
+
+
+def config_pretrained_cfg(config: Mapping[str, Any]) -> PretrainedCfg:
+    """cl-zoo's PretrainedCfg from a config.json of either format version (see module docstring)."""
+    return PretrainedCfg.from_dict(merged_pretrained_cfg(config))
 
 
 def _verify_sha256(path: Path, name: str, sha256: Mapping[str, str] | None) -> None:
@@ -417,7 +482,7 @@ def load_folder(
     config = read_config(folder)
     where = str(folder / CONFIG_NAME)
     try:
-        cfg = PretrainedCfg.from_dict(config["pretrained_cfg"])
+        cfg = config_pretrained_cfg(config)
     except (TypeError, ValueError) as exc:
         raise CheckpointError(f"{where}: bad pretrained_cfg ({exc})") from exc
     validate_pretrained_cfg(cfg, where)

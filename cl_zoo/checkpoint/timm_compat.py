@@ -27,6 +27,51 @@ TIMM_PRETRAINED_FIELDS: frozenset[str] = frozenset({
 # timm counterpart.
 TIMM_ARCHITECTURES: frozenset[str] = frozenset({"resnet18", "resnet34", "resnet50"})
 
+# What timm's own cfgs for those architectures say about their layers (timm/models/resnet.py
+# ``_cfg``): the stem timm adapts when ``in_chans`` differs, and the head it drops for num_classes=0.
+TIMM_LAYER_NAMES: dict[str, dict[str, str]] = {arch: {"first_conv": "conv1", "classifier": "fc"} for arch in TIMM_ARCHITECTURES}
+
+# The cl-zoo PretrainedCfg fields that are timm's too, with the same meaning, and so are written
+# into config.json's pretrained_cfg. ``hf_hub_id`` and ``url`` are timm fields but mean "load from
+# here" to timm, which would send a local-dir load elsewhere: they stay in cl-zoo's part.
+SHARED_FIELDS: tuple[str, ...] = ("mean", "std", "input_size", "interpolation", "crop_pct", "license")
+
+# Top-level config.json key holding the rest of cl-zoo's PretrainedCfg (source pins and provenance);
+# ``method`` and ``metrics`` are top-level keys of their own.
+ZOO_CFG_KEY = "cl_zoo_pretrained_cfg"
+TOP_LEVEL_FIELDS: tuple[str, ...] = ("method", "metrics")
+
+
+def split_pretrained_cfg(cfg: Mapping[str, Any], architecture: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """cl-zoo's PretrainedCfg as a dict -> (timm's ``pretrained_cfg``, cl-zoo's ``cl_zoo_pretrained_cfg``).
+
+    ``method`` and ``metrics`` are in neither: config.json keeps them as top-level keys.
+    """
+    timm_part: dict[str, Any] = {key: cfg[key] for key in SHARED_FIELDS if cfg.get(key) is not None}
+    timm_part["num_classes"] = 0
+    timm_part.update(TIMM_LAYER_NAMES.get(architecture, {}))
+    zoo_part = {key: value for key, value in cfg.items() if key not in SHARED_FIELDS and key not in TOP_LEVEL_FIELDS}
+    return timm_part, zoo_part
+
+
+def merged_pretrained_cfg(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Every cl-zoo PretrainedCfg field a config.json holds, in either layout, as one dict.
+
+    format_version 1 kept them all in ``pretrained_cfg``; version 2 splits them (see
+    :func:`split_pretrained_cfg`). timm-only keys (``num_classes``, ``first_conv``...) are dropped.
+    """
+    timm_part = config.get("pretrained_cfg")
+    merged: dict[str, Any] = dict(timm_part) if isinstance(timm_part, Mapping) else {}
+    zoo_part = config.get(ZOO_CFG_KEY)
+    if isinstance(zoo_part, Mapping):
+        merged.update(zoo_part)
+        for key in TOP_LEVEL_FIELDS:
+            if key in config:
+                merged[key] = config[key]
+    for key in ("num_classes", "first_conv", "classifier"):
+        merged.pop(key, None)
+    return merged
+
 
 def timm_architecture(config: Mapping[str, Any]) -> str | None:
     """The timm model name that loads this folder's weights as they are, or None.
