@@ -380,3 +380,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "GET":
             self.wfile.write(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the fake Hub as a process (``.ci/wheel`` serves a wheel venv from it): prints the endpoint
+    to ``--endpoint-file`` once listening and serves until it is terminated or ``--seconds`` pass."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="a local stand-in for the Hugging Face Hub (127.0.0.1 only)")
+    parser.add_argument("--root", type=Path, required=True, help="folder for its blobs")
+    parser.add_argument("--token", default="hf_test_token", help="the write token it accepts")
+    parser.add_argument("--endpoint-file", type=Path, required=True)
+    parser.add_argument("--seconds", type=float, default=1800.0, help="stop by itself after this long")
+    args = parser.parse_args(argv)
+    with FakeHub(args.root, token=args.token) as hub:
+        tmp = args.endpoint_file.with_suffix(".tmp")
+        tmp.write_text(hub.endpoint + "\n")
+        tmp.replace(args.endpoint_file)
+        time.sleep(args.seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

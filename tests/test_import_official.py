@@ -313,7 +313,7 @@ def test_jcl_card_names_the_release_licence_and_paper_numbers(tmp_path: Path) ->
     assert "Trained by the paper's authors" in card
     config = json.loads((out / "config.json").read_text())
     assert config["metrics"]["imagenet1k_linear_top1_reported"] == pytest.approx(0.687)
-    assert config["pretrained_cfg"]["url"] == RELEASES["jcl_resnet50.in1k_official"].sources[0].url
+    assert config["cl_zoo_pretrained_cfg"]["url"] == RELEASES["jcl_resnet50.in1k_official"].sources[0].url
 
 
 def test_cacr_layout(tmp_path: Path) -> None:

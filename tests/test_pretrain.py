@@ -123,7 +123,7 @@ def test_pretrain_end_to_end_exports_model(tmp_path, folder, capsys):
     assert (out / "curves.png").stat().st_size > 1000 and any((out / "tb").iterdir())
     assert yaml.safe_load((out / "recipe.yaml").read_text())["arch"] == "pixels"
     config = json.loads((out / "model" / "config.json").read_text())
-    assert config["method"] == "dcl" and config["pretrained_cfg"]["epochs"] == 2
+    assert config["method"] == "dcl" and config["cl_zoo_pretrained_cfg"]["epochs"] == 2
     assert config["recipe"]["method_args"] == {"head_hidden_dim": 32, "head_out_dim": 16}
     knn = config["metrics"]["monitor_knn_k20_top1"]
     assert 0.5 < knn <= 1.0  # three colour classes: far above chance (1/3) even for raw pixels

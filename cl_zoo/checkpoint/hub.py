@@ -4,9 +4,11 @@ All Hub traffic goes through ``huggingface_hub`` (``snapshot_download``), so ``H
 ``HF_HUB_OFFLINE``, ``HF_HOME``/``HF_HUB_CACHE`` and tokens behave exactly as users expect from the
 rest of the ecosystem. Resolution order for a registered name:
 
-1. the folder bundled under ``model_cards/`` (same bytes as the pinned Hub revision; verified by
-   sha256 so a stale copy is not used silently) -- offline and instant;
-2. the Hub repo at the pinned revision (cached by ``huggingface_hub``; sha256 verified);
+1. the folder under ``model_cards/`` (``CL_ZOO_MODEL_CARDS``, the installed package -- a wheel has
+   only the default -- or the checkout), same bytes as the Hub repo, verified by sha256 so a stale
+   copy is not used silently: offline and instant;
+2. the Hub repo (the zoo's own: ``<namespace>/<name>``, :func:`zoo_repo_id`), downloaded once into
+   the HF cache and verified against the registry's sha256 pins;
 3. a published third-party release, from its own ordered sources (converted on first use, see
    :mod:`cl_zoo.convert.sources`).
 
@@ -31,12 +33,33 @@ from cl_zoo.checkpoint.folder import (
     load_state_into,
 )
 from cl_zoo.errors import CheckpointError, ClZooError, HubError
+from cl_zoo.registry import DEFAULT_MODEL
 from cl_zoo.fileio import file_lock
 
 if TYPE_CHECKING:
     from cl_zoo.registry import PretrainedEntry
 
 HUB_PREFIX = "hf-hub:"
+# The Hub namespace (user or organisation) of the zoo's own checkpoints: every registered zoo model
+# ``NAME`` lives in the repo ``<namespace>/NAME``, pinned by the sha256 of its weight files (never by
+# a revision, which would have to exist before the registry could name it). A fork or a company
+# mirror publishes the zoo elsewhere with ``cl-zoo publish --all --namespace X`` and points cl-zoo at
+# it with CL_ZOO_HUB_NAMESPACE=X.
+ZOO_NAMESPACE = "cl-zoo"
+ZOO_NAMESPACE_ENV = "CL_ZOO_HUB_NAMESPACE"
+
+
+def zoo_namespace() -> str:
+    """The namespace the zoo's own Hub repos are read from and published to, as the environment says now."""
+    namespace = os.environ.get(ZOO_NAMESPACE_ENV, "").strip() or ZOO_NAMESPACE
+    if "/" in namespace or not namespace.replace("-", "").replace("_", "").replace(".", "").isalnum():
+        raise HubError(f"{ZOO_NAMESPACE_ENV}={namespace!r} is not a Hub user or organisation name")
+    return namespace
+
+
+def zoo_repo_id(name: str) -> str:
+    """``<namespace>/<name>``: the Hub repo of the zoo checkpoint registered (and bundled) as ``name``."""
+    return f"{zoo_namespace()}/{name}"
 
 
 def model_card_dirs() -> list[Path]:
@@ -158,15 +181,23 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
             errors.append(exc)
             tried.append(f"bundled {folder} ({exc})")
     elif cfg.bundled:
-        tried.append(f"bundled model_cards/{cfg.bundled} (not present)")
+        tried.append(f"not bundled with this install (a wheel ships only {DEFAULT_MODEL})")
     if cfg.hf_hub_id:
+        repo_id = cfg.hf_hub_id
+        if cfg.bundled and repo_id == f"{ZOO_NAMESPACE}/{cfg.bundled}":
+            repo_id = zoo_repo_id(cfg.bundled)  # the zoo's own repo: CL_ZOO_HUB_NAMESPACE may move it
         try:
-            model = load_hub(HUB_PREFIX + cfg.hf_hub_id + (f"@{cfg.revision}" if cfg.revision else ""), cfg.sha256 or None)
+            model = load_hub(HUB_PREFIX + repo_id + (f"@{cfg.revision}" if cfg.revision else ""), cfg.sha256 or None)
             model.model_name = entry.name
             return model
         except ClZooError as exc:
             errors.append(exc)
-            tried.append(f"hf-hub:{cfg.hf_hub_id} ({exc})")
+            tried.append(f"hf-hub:{repo_id} ({exc})")
+            if cfg.bundled and isinstance(exc, HubError):
+                tried.append(
+                    f"a cl-zoo checkout's model_cards/ serves it without the network: "
+                    f"set CL_ZOO_MODEL_CARDS=/path/to/cl-zoo/model_cards"
+                )
     if cfg.url:
         try:
             from cl_zoo.convert.sources import load_release

@@ -47,15 +47,15 @@ def _load(model_spec: str, random_init: bool, seed: int) -> Any:
     if random_init:
         from pathlib import Path
 
-        from cl_zoo.checkpoint import read_config
-        from cl_zoo.registry import PretrainedCfg, build_arch
+        from cl_zoo.checkpoint import config_pretrained_cfg, read_config
+        from cl_zoo.registry import build_arch
 
         torch.manual_seed(seed)
         if Path(model_spec).is_dir():
             # A checkpoint folder: the same architecture and preprocessing, untrained (the baseline
             # its card compares against).
             config = read_config(model_spec)
-            cfg = PretrainedCfg.from_dict(config["pretrained_cfg"])
+            cfg = config_pretrained_cfg(config)
             cfg.metrics = {}
             model = build_arch(config["architecture"], cfg, **config["model_args"])
             name = config.get("model_name") or config["architecture"]

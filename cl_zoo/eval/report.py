@@ -233,7 +233,7 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
     otherwise a card could advertise another model's accuracy. Returns the metrics written.
     """
     from cl_zoo.checkpoint.card import extra_sections, render_card
-    from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, load_folder, read_config
+    from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, load_folder, read_config, upgrade_config
     from cl_zoo.errors import CheckpointError
     from cl_zoo.eval.features import weights_sha256
 
@@ -249,10 +249,8 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
             f"({actual[:12]}...); evaluate this checkpoint first"
         )
     metrics = {card_metric_name(report, k): float(v) for k, v in report["metrics"].items()}
+    config = upgrade_config(config)  # metrics are a top-level key since format 2 (timm reads pretrained_cfg)
     config["metrics"] = {**(config.get("metrics") or {}), **metrics}
-    cfg = dict(config.get("pretrained_cfg") or {})
-    cfg["metrics"] = {**(cfg.get("metrics") or {}), **metrics}
-    config["pretrained_cfg"] = cfg
     evaluation = {
         "task": report["task"],
         "protocol": report["protocol"],

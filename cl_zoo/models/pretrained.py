@@ -1,13 +1,18 @@
 """The zoo's pretrained checkpoints: one registration per published model.
 
-Entries whose folder is bundled under ``model_cards/`` load offline; the others resolve through
-the Hugging Face Hub (or, for author-released files, their original URL) via :mod:`cl_zoo.checkpoint.hub`.
-Every bundled file is pinned by sha256 here, so a stale or edited copy is refused rather than used.
+Every zoo checkpoint is a folder under the repository's ``model_cards/`` and a Hub repo
+``<namespace>/<name>`` with the same files (:func:`cl_zoo.checkpoint.hub.zoo_repo_id`). A checkout
+loads them all offline from ``model_cards/``; a wheel ships only the default
+(:data:`cl_zoo.registry.DEFAULT_MODEL`, pyproject.toml's package data) and downloads the others
+from the Hub on first use. Every weights file is pinned by sha256 here, whichever copy is read, so a
+stale or edited copy is refused rather than used; no revision is named, because a pin must not name
+a Hub commit before it exists: the digests are the pin.
 """
 
 from __future__ import annotations
 
 from cl_zoo.checkpoint.card import PAPERS
+from cl_zoo.checkpoint.hub import ZOO_NAMESPACE
 from cl_zoo.registry import IMAGENET_MEAN, IMAGENET_STD, PretrainedCfg, register_pretrained
 
 
@@ -30,6 +35,7 @@ def _cpu_tier(
         name,
         arch,
         PretrainedCfg(
+            hf_hub_id=f"{ZOO_NAMESPACE}/{name}",
             bundled=name,
             sha256=sha256,
             mean=mean,
@@ -51,20 +57,17 @@ def _cpu_tier(
 
 # The bundled default of `cl-zoo embed` (cl_zoo.registry.DEFAULT_MODEL) is the tier's best by kNN k=200.
 _cpu_tier("cacr", "resnet18", {
-    "model-00001-of-00002.safetensors": "4e4b001bf93642bef4d7b05d8abd553e90e225e23f31e5f05478d0632961ef20",
-    "model-00002-of-00002.safetensors": "72003e0fc416ac63e81b59785eac5a626d15858b8ecf41821b3f4d918472f70e",
+    "model.safetensors": "c08ef85218cb2c703216abcfd59a6e93552b4ace945a024a5d0c6d8adf6eab89",
 }, {"imagenette_knn_k20_top1": 0.6288, "imagenette_knn_k200_top1": 0.6074, "imagenette_linear_fast_top1": 0.6492})
 _cpu_tier("dcl", "resnet18", {
-    "model-00001-of-00002.safetensors": "3fbe78ea283dd14a49db30db961d75af83fe9b6765a65ea7d75c228a71cf65d9",
-    "model-00002-of-00002.safetensors": "d560467e6eb11c6b3d6a5c6ad35558d8358307b3ba39eb2bea510a3bc82d1694",
+    "model.safetensors": "780fe820e3ac3bcaefa2bd34465eaa9675f08fa14ca681cd85e349288bb5952f",
 }, {"imagenette_knn_k20_top1": 0.5712, "imagenette_knn_k200_top1": 0.5669, "imagenette_linear_fast_top1": 0.6145})
 _cpu_tier("mocov2", "resnet18", {
     "model-00001-of-00002.safetensors": "01b731169f4e48d34425e9eaeb5e895217a1f33e401ee130a13c6191d43a696b",
     "model-00002-of-00002.safetensors": "c48c9383395471dd252c70b51446d7c94e1525dd170cf3ebfff94f9423015fdf",
 }, {"imagenette_knn_k20_top1": 0.4785, "imagenette_knn_k200_top1": 0.4759, "imagenette_linear_fast_top1": 0.532})
 _cpu_tier("simclr", "resnet18", {
-    "model-00001-of-00002.safetensors": "d98e0c222e2cd8c030f8b7d72edef293d5e7a22d5f9c2de601401293928e8e71",
-    "model-00002-of-00002.safetensors": "4421be74aab4a63498804dda12468348c46408853078e0a0e67f56161f47ea5a",
+    "model.safetensors": "72f33dad9f61e90ba37fbad208a325d97ba25cf0ba00aa758b3f10590e9ed7e0",
 }, {"imagenette_knn_k20_top1": 0.4716, "imagenette_knn_k200_top1": 0.4678, "imagenette_linear_fast_top1": 0.5381})
 _cpu_tier("dclw", "resnet18", {
     "model-00001-of-00002.safetensors": "76ce16f3862adcdc892e032ff87b765aa2fd173d6b70f68e88245faeb533bba6",
