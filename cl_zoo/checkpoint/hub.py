@@ -181,7 +181,7 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
             errors.append(exc)
             tried.append(f"bundled {folder} ({exc})")
     elif cfg.bundled:
-        tried.append(f"not bundled with this install (a wheel ships only {DEFAULT_MODEL})")
+        tried.append(f"model_cards/{cfg.bundled} is not bundled with this install (a wheel ships only {DEFAULT_MODEL})")
     if cfg.hf_hub_id:
         repo_id = cfg.hf_hub_id
         if cfg.bundled and repo_id == f"{ZOO_NAMESPACE}/{cfg.bundled}":
