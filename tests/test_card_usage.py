@@ -104,3 +104,23 @@ def test_fine_tuned_copy_of_a_registered_model_is_not_carded_as_it(tmp_path: Pat
     blocks = "\n".join(usage_blocks(text))
     assert "create_model(" not in blocks and str(folder.resolve()) in blocks
     assert json.loads((folder / CONFIG_NAME).read_text())["model_name"] == cl_zoo.registry.DEFAULT_MODEL
+
+
+def test_publish_runs_only_the_cl_zoo_block_and_points_timm_at_the_repo(tmp_path: Path) -> None:
+    """The timm block is retargeted like cl-zoo's call, but never run: publishing must not need timm."""
+    torch.manual_seed(0)
+    folder = cl_zoo.save_pretrained(cl_zoo.create_model("resnet18"), tmp_path / "r18")
+    card = folder / CARD_NAME
+    text = card.read_text(encoding="utf-8")
+    assert f"'local-dir:{folder.resolve()}'" in text
+    # A timm block that could not run (timm missing) does not stop publish.
+    card.write_text(text.replace("import timm\n", "import timm_is_not_installed\n"), encoding="utf-8")
+    published = card_for_repo(folder, "alice/r18")
+    assert "timm.create_model('hf-hub:alice/r18', pretrained=True)" in published and "local-dir:" not in published
+    assert usage_blocks(published) == [b for b in usage_blocks(published, every=True) if "import cl_zoo" in b]
+    # A card whose only Python block is timm's has no usage snippet publish can check.
+    timm_only = "\n".join(line for line in text.splitlines() if line != "import cl_zoo")
+    card.write_text(timm_only, encoding="utf-8")
+    with pytest.raises(CheckpointError, match="no Python usage block that imports cl_zoo"):
+        card_for_repo(folder, "alice/r18")
+    assert retarget(f"'local-dir:{folder.resolve()}'", folder, "/elsewhere") == "'local-dir:/elsewhere'"

@@ -1,20 +1,29 @@
 """Model cards: the README.md of a checkpoint folder (Hub YAML front matter + sections).
 
-The front matter carries ``library_name: cl-zoo`` and a ``model-index`` so the Hub shows the
-metrics in its evaluation widget; the sections say how to load *this* checkpoint (the Python and
-command-line calls name its own folder, Hub id or registered name, and the Python block runs as
-written: ``cl-zoo publish`` executes it before uploading), what it was trained on, how it was
+The front matter follows the Hub's model-card conventions: ``library_name: cl-zoo``,
+``pipeline_tag: image-feature-extraction``, a ``timm`` tag when timm can load the folder, a
+``base_model`` for mirrors of third-party releases, and a ``model-index`` whose metric types are
+the Hub's standard ``accuracy`` (the protocol goes in the metric's name: a Hub widget or leaderboard
+compares metrics by type, and ``imagenette_knn_k200_top1`` is no type it knows). The sections say
+how to load *this* checkpoint (the Python and command-line calls name its own folder, Hub id or
+registered name; the cl-zoo Python block runs as written: ``cl-zoo publish`` executes it before
+uploading; a timm block follows when timm can load the folder), what it was trained on, how it was
 evaluated, and which paper to cite.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
+
+from cl_zoo.checkpoint.timm_compat import TIMM_ARCHITECTURES as TIMM_RESNETS
+from cl_zoo.checkpoint.timm_compat import TIMM_PRETRAINED_FIELDS, merged_pretrained_cfg, timm_architecture
 
 PAPERS: dict[str, tuple[str, str]] = {
     "jcl": (
@@ -67,40 +76,184 @@ PAPERS["moco"] = PAPERS["mocov2"]
 GENERATED_SECTIONS: tuple[str, ...] = ("Description", "How to load", "Training recipe", "Evaluation", "Citation")
 
 
-def _metric_entries(metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    entries = []
-    for name, value in sorted(metrics.items()):
-        if isinstance(value, (int, float)):
-            entries.append({"type": name, "value": float(value), "name": name})
-    return entries
+# Metric keys cl-zoo writes: ``<data>_knn_k<K>_top<N>`` (``cl-zoo knn``), ``<data>_linear_<protocol>_top<N>``
+# (``cl-zoo linear-eval``), ``monitor_knn_k<K>_top<N>`` (the trainer's online kNN monitor) and, on
+# converted releases, ``<data>_<knn|linear>_top<N>_reported`` (the authors' own numbers).
+_METRIC_KEY = re.compile(
+    r"^(?P<data>[a-z0-9_]+?)_(?P<protocol>knn|linear)(?:_(?P<arg>[a-z0-9]+))?_top(?P<top>\d+)(?P<reported>_reported)?$"
+)
+_TOP_KEY = re.compile(r"_top(?P<top>[15])$")
+MONITOR = "monitor"
+UNKNOWN_DATA = "unknown"
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    """What a metric key measured: the data it was measured on and a readable protocol name."""
+
+    data: str  # the dataset slug, MONITOR, or UNKNOWN_DATA
+    name: str  # e.g. "kNN top-1 (k=200, T=0.1) on imagenette val"
+    split: str | None
+
+
+def _knn_temperature(config: Mapping[str, Any], key: str) -> float | None:
+    """The kNN temperature of the latest recorded evaluation that produced ``key``, if recorded."""
+    temperature = None
+    for evaluation in config.get("evaluations") or []:
+        if isinstance(evaluation, Mapping) and key in (evaluation.get("metrics") or {}):
+            value = (evaluation.get("hyperparameters") or {}).get("temperature")
+            temperature = value if isinstance(value, (int, float)) else None
+    return temperature
+
+
+def _eval_split(data: str) -> str | None:
+    """The split ``cl-zoo knn``/``linear-eval`` evaluate a named dataset on (``test``, else ``val``:
+    Imagenette has no test split); None for a user's folder, whose split the config does not record."""
+    from cl_zoo.data.named import NAMED_DATASETS
+
+    named = NAMED_DATASETS.get(data)
+    if named is None:
+        return None
+    return "test" if "test" in named.splits else named.splits[-1]
+
+
+def describe_metric(key: str, config: Mapping[str, Any] | None = None) -> MetricInfo | None:
+    """What the metric ``key`` measured, or None when its key does not say it is an accuracy.
+
+    Keys are parsed, not looked up, so a metric from any evaluation data gets a name; ``config``
+    supplies what the key leaves out (the kNN temperature, from the recorded evaluations).
+    """
+    config = config or {}
+    match = _METRIC_KEY.match(key)
+    if match is None:
+        top = _TOP_KEY.search(key)
+        return MetricInfo(UNKNOWN_DATA, key, None) if top else None
+    data, protocol, arg, top = match["data"], match["protocol"], match["arg"], match["top"]
+    details: list[str] = []
+    if protocol == "knn":
+        if arg is not None and not re.fullmatch(r"k\d+", arg):
+            return MetricInfo(UNKNOWN_DATA, key, None) if top in ("1", "5") else None
+        if arg is not None:
+            details.append(f"k={arg[1:]}")
+        temperature = _knn_temperature(config, key)
+        if temperature is not None:
+            details.append(f"T={temperature:g}")
+        what = "kNN"
+    else:
+        what = "Linear probe"
+        if arg is not None:
+            details.append(f"{arg} protocol")
+    label = f"{what} top-{top}" + (f" ({', '.join(details)})" if details else "")
+    if data == MONITOR:
+        return MetricInfo(MONITOR, f"{label} on held-out images, monitored during pretraining", None)
+    split = None if match["reported"] else _eval_split(data)
+    where = f"{data} {split}" if split else data
+    reported = ", as reported by the original release" if match["reported"] else ""
+    return MetricInfo(data, f"{label} on {where}{reported}", split)
+
+
+def _training_dataset(config: Mapping[str, Any]) -> str | None:
+    cfg = merged_pretrained_cfg(config)
+    data = config.get("training_data") or {}
+    return cfg.get("dataset") or (data.get("dataset") if isinstance(data, Mapping) else None)
+
+
+def model_index(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The Hub's ``model-index``: one result per evaluation dataset, every metric of type ``accuracy``.
+
+    Values are stored as cl-zoo records them, fractions in [0, 1] (the Hub accepts any number;
+    huggingface_hub's own example is ``0.9``). Metrics whose key does not say what they measured
+    are left out rather than given an invented type.
+    """
+    metrics = config.get("metrics") or merged_pretrained_cfg(config).get("metrics") or {}
+    grouped: dict[str, list[tuple[MetricInfo, float]]] = {}
+    for key, value in sorted(metrics.items()):
+        info = describe_metric(key, config)
+        if info is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+            grouped.setdefault(info.data, []).append((info, float(value)))
+    results = []
+    for data, entries in grouped.items():
+        if data == MONITOR:
+            trained_on = _training_dataset(config) or UNKNOWN_DATA
+            dataset: dict[str, Any] = {"type": trained_on, "name": f"{trained_on} (held-out images, pretraining monitor)"}
+        else:
+            dataset = {"type": data, "name": data}
+            if entries[0][0].split:
+                dataset["split"] = entries[0][0].split
+        results.append({
+            "task": {"type": "image-classification", "name": "Image classification (frozen features)"},
+            "dataset": dataset,
+            "metrics": [{"type": "accuracy", "value": value, "name": info.name} for info, value in entries],
+        })
+    if not results:
+        return []
+    return [{"name": config.get("model_name", config.get("architecture")), "results": results}]
+
+
+def _timm_refused_keys(config: Mapping[str, Any]) -> list[str]:
+    """Keys of config.json's ``pretrained_cfg`` that timm's PretrainedCfg does not have (it refuses them)."""
+    cfg = config.get("pretrained_cfg")
+    return sorted(set(cfg) - TIMM_PRETRAINED_FIELDS) if isinstance(cfg, Mapping) else []
+
+
+def timm_model_name(config: Mapping[str, Any]) -> str | None:
+    """The timm model name ``timm.create_model("local-dir:..." / "hf-hub:...")`` loads this folder as, or None.
+
+    :func:`timm_architecture` says whether timm has the architecture; timm also needs a
+    ``pretrained_cfg`` of its own fields only (format_version 1 keeps cl-zoo's there, and timm's
+    PretrainedCfg refuses them) and a single ``model.safetensors`` (timm reads no shard index).
+    """
+    arch = timm_architecture(config)
+    if arch is None or int(config.get("format_version") or 1) < 2 or _timm_refused_keys(config):
+        return None
+    files = config.get("files")
+    if files and set(files) != {"model.safetensors"}:
+        return None
+    return arch
+
+
+def timm_refusal(config: Mapping[str, Any]) -> str:
+    """One sentence on why timm cannot load the checkpoint (for a card whose folder timm cannot load)."""
+    arch = str(config.get("architecture"))
+    resave = "`cl_zoo.save_pretrained(cl_zoo.load_pretrained(folder), new_folder)` writes a copy timm loads"
+    if arch.startswith("cmc_"):
+        why = f"`{arch}` is CMC's pair of encoders (one on L, one on ab, features concatenated), not a timm architecture"
+    elif arch.endswith("_cifar") and arch[: -len("_cifar")] in TIMM_RESNETS:
+        why = f"`{arch}` has a 3x3 stride-1 stem without max-pool, which timm's `{arch[: -len('_cifar')]}` does not"
+    elif arch in TIMM_RESNETS and config.get("model_args"):
+        why = f"`{arch}` was built with `{dict(config['model_args'])}`, which timm's `{arch}` does not take"
+    elif arch in TIMM_RESNETS and int(config.get("format_version") or 1) < 2:
+        why = f"its config.json is format_version 1, whose pretrained_cfg holds cl-zoo's fields, which timm refuses; {resave}"
+    elif arch in TIMM_RESNETS and (refused := _timm_refused_keys(config)):
+        why = f"its config.json's pretrained_cfg has keys timm refuses ({', '.join(refused)}); {resave}"
+    elif arch in TIMM_RESNETS:
+        why = "its weights are sharded and timm reads a single `model.safetensors`"
+    else:
+        why = f"`{arch}` is not a timm architecture"
+    return f"timm cannot load this checkpoint: {why}."
 
 
 def front_matter(config: Mapping[str, Any]) -> dict[str, Any]:
-    cfg = config.get("pretrained_cfg", {})
-    method = (config.get("method") or cfg.get("method") or "").lower()
+    """The card's YAML front matter; ``library_name: cl-zoo`` is what ``cl-zoo publish`` validates."""
+    cfg = merged_pretrained_cfg(config)
+    method = str(config.get("method") or cfg.get("method") or "").lower()
     dataset = cfg.get("dataset")
+    tags = {"cl-zoo", "self-supervised", "contrastive-learning", "image-feature-extraction", method}
+    if timm_model_name(config):
+        tags.add("timm")
     meta: dict[str, Any] = {
         "library_name": "cl-zoo",
         "license": cfg.get("license") or "apache-2.0",
-        "tags": sorted({"cl-zoo", "self-supervised", "contrastive-learning", "image-feature-extraction", method} - {""}),
+        "tags": sorted(tags - {""}),
         "pipeline_tag": "image-feature-extraction",
     }
     if dataset:
         meta["datasets"] = [dataset]
-    metrics = config.get("metrics") or {}
-    if metrics:
-        meta["model-index"] = [
-            {
-                "name": config.get("model_name", config.get("architecture")),
-                "results": [
-                    {
-                        "task": {"type": "image-classification", "name": "Image classification (frozen features)"},
-                        "dataset": {"type": dataset or "unknown", "name": dataset or "unknown"},
-                        "metrics": _metric_entries(metrics),
-                    }
-                ],
-            }
-        ]
+    mirror = config.get("mirror")
+    if isinstance(mirror, Mapping) and isinstance(mirror.get("base_model"), str) and mirror["base_model"].strip():
+        meta["base_model"] = mirror["base_model"].strip()
+    if index := model_index(config):
+        meta["model-index"] = index
     return meta
 
 
@@ -128,16 +281,59 @@ def load_source(config: Mapping[str, Any], folder: str | os.PathLike[str] | None
         return name
     if folder is not None:
         return str(Path(folder).expanduser().resolve())
-    hub_id = (config.get("pretrained_cfg") or {}).get("hf_hub_id")
+    hub_id = merged_pretrained_cfg(config).get("hf_hub_id")
     if hub_id:
         return f"hf-hub:{hub_id}"
     return str(config.get("model_name") or config.get("architecture"))
 
 
-def how_to_load(config: Mapping[str, Any], source: str) -> str:
-    """The "How to load" section for ``source``; its Python block runs as written (publish checks)."""
-    cfg = config.get("pretrained_cfg", {})
-    size = list(cfg.get("input_size", [3, 224, 224]))
+def timm_source(config: Mapping[str, Any], source: str, folder: str | os.PathLike[str] | None = None) -> str | None:
+    """What ``timm.create_model`` should be given to load what ``source`` names, or None if no such name is known.
+
+    A Hub source is timm's too; a folder is ``local-dir:<folder>`` (``cl-zoo publish`` rewrites it to the
+    repo, as it does cl-zoo's call). A registered name is cl-zoo's alone: timm gets the Hub repo the
+    registry records for it (never a bundled folder's path, which is only valid on this machine).
+    """
+    if source.startswith("hf-hub:"):
+        return source
+    if registered_name_of(config) == source:
+        cfg = merged_pretrained_cfg(config)
+        if cfg.get("hf_hub_id"):
+            return f"hf-hub:{cfg['hf_hub_id']}" + (f"@{cfg['revision']}" if cfg.get("revision") else "")
+        return None
+    if os.path.isabs(source):
+        return f"local-dir:{source}"
+    if folder is not None:
+        return f"local-dir:{Path(folder).expanduser().resolve()}"
+    return None
+
+
+def _timm_text(config: Mapping[str, Any], source: str, folder: str | os.PathLike[str] | None, size: list[int]) -> str:
+    """The timm part of "How to load": a block when timm can load the checkpoint, else one line saying why not."""
+    arch = timm_model_name(config)
+    if arch is None:
+        return timm_refusal(config)
+    same = (f"timm gives the same features as cl-zoo: config.json's `num_classes: 0` makes timm build `{arch}` "
+            "without its classifier, and it loads the same weights.")
+    target = timm_source(config, source, folder)
+    if target is None:
+        return (f"With timm, from a download of this checkpoint's folder: "
+                f"`timm.create_model('local-dir:path/to/folder', pretrained=True).eval()`. {same}")
+    block = (
+        "```python\nimport timm\nimport torch\n\n"
+        f"model = timm.create_model({target!r}, pretrained=True).eval()\n"
+        f"images = torch.rand(2, {size[0]}, {size[1]}, {size[2]})\n"
+        "with torch.no_grad():\n"
+        f"    features = model(images)  # [2, {config.get('num_features')}], as with cl-zoo\n```"
+    )
+    return f"With timm (`pip install timm`):\n\n{block}\n\n{same}"
+
+
+def how_to_load(config: Mapping[str, Any], source: str, folder: str | os.PathLike[str] | None = None) -> str:
+    """The "How to load" section for ``source``: cl-zoo's Python block (it runs as written: publish
+    checks), timm's block or why timm cannot load it, the command line and torch.hub."""
+    cfg = merged_pretrained_cfg(config)
+    size = list(cfg.get("input_size") or [3, 224, 224])
     if registered_name_of(config) == source:
         load = f"model = cl_zoo.create_model({source!r}, pretrained=True)  # same as cl_zoo.load_pretrained({source!r})"
     else:
@@ -155,18 +351,19 @@ def how_to_load(config: Mapping[str, Any], source: str) -> str:
     )
     return (
         f"{python}\n\n"
+        f"{_timm_text(config, source, folder, size)}\n\n"
         "```bash\n"
         f"cl-zoo embed images/ --model {shlex.quote(source)} --out out/embeddings.npy\n```\n\n"
         f"From a cl-zoo checkout with torch.hub: `{hub_call}`.\n\n"
-        f"Preprocessing: resize the shorter side to {int(round(size[-1] / cfg.get('crop_pct', 1.0)))} "
-        f"({cfg.get('interpolation', 'bilinear')}), centre-crop {size[-2]}x{size[-1]}, normalise with mean "
-        f"{list(cfg.get('mean', []))} and std {list(cfg.get('std', []))}."
+        f"Preprocessing: resize the shorter side to {int(round(size[-1] / (cfg.get('crop_pct') or 1.0)))} "
+        f"({cfg.get('interpolation') or 'bilinear'}), centre-crop {size[-2]}x{size[-1]}, normalise with mean "
+        f"{list(cfg.get('mean') or [])} and std {list(cfg.get('std') or [])}."
     )
 
 
 def training_data_text(config: Mapping[str, Any]) -> tuple[str, str]:
     """(the "on ..." phrase of the description, a sentence on the data) from config's ``training_data``."""
-    cfg = config.get("pretrained_cfg", {})
+    cfg = merged_pretrained_cfg(config)
     data = config.get("training_data") or {}
     if not data.get("images"):
         return (f" on {cfg['dataset']}" if cfg.get("dataset") else ""), ""
@@ -200,12 +397,12 @@ def render_card(
     (``hf-hub:owner/name`` when publishing); see :func:`load_source`.
     """
     sections = dict(sections or {})
-    cfg = config.get("pretrained_cfg", {})
+    cfg = merged_pretrained_cfg(config)
     name = config.get("model_name") or config.get("architecture")
     method = (config.get("method") or cfg.get("method") or "").lower()
     paper, bibtex = PAPERS.get(method, ("", ""))
     source = source or load_source(config, folder)
-    metrics = config.get("metrics") or {}
+    metrics = config.get("metrics") or cfg.get("metrics") or {}
     recipe = config.get("recipe") or {}
     data_phrase, data_sentence = training_data_text(config)
 
@@ -221,14 +418,18 @@ def render_card(
         + (f"\n\n{data_sentence}" if data_sentence else "")
         + (f"\n\n{cfg['notes']}" if cfg.get("notes") else "")
     )
-    body["How to load"] = how_to_load(config, source)
+    body["How to load"] = how_to_load(config, source, folder)
     if recipe:
         body["Training recipe"] = "```yaml\n" + yaml.safe_dump(dict(recipe), sort_keys=True).rstrip() + "\n```"
     else:
         body["Training recipe"] = "Not recorded for this checkpoint."
     if metrics:
-        rows = "\n".join(f"| {k} | {v:.4g} |" if isinstance(v, (int, float)) else f"| {k} | {v} |" for k, v in sorted(metrics.items()))
-        body["Evaluation"] = "| metric | value |\n|---|---|\n" + rows
+        rows = []
+        for key, value in sorted(metrics.items()):
+            info = describe_metric(key, config)
+            shown = f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
+            rows.append(f"| {key} | {shown} | {info.name if info else ''} |")
+        body["Evaluation"] = "| metric | value | measured as |\n|---|---|---|\n" + "\n".join(rows)
     else:
         body["Evaluation"] = "No evaluation recorded yet (`cl-zoo knn` / `cl-zoo linear-eval`, then `cl-zoo card-update`)."
     body["Citation"] = f"```bibtex\n{bibtex}\n```" if bibtex else "Cite cl-zoo and the method's paper."

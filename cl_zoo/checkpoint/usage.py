@@ -2,8 +2,10 @@
 
 A card whose "How to load" call fails is worse than no card: it is the first thing a user copies.
 ``cl-zoo publish`` therefore points the card's load calls at the Hub repo it uploads to and, before
-anything leaves the machine, runs the card's Python usage block(s) in a fresh interpreter with
-that repo id replaced by the local folder (same bytes as the upload), offline, with a time limit.
+anything leaves the machine, runs the card's cl-zoo Python usage block(s) in a fresh interpreter
+with that repo id replaced by the local folder (same bytes as the upload), offline, with a time
+limit. Only the blocks that import cl_zoo run: a card may also show how timm loads the folder, and
+timm is an optional extra that publishing must not need.
 """
 
 from __future__ import annotations
@@ -34,8 +36,24 @@ def _sections(text: str) -> list[tuple[str | None, list[str]]]:
     return out
 
 
-def usage_blocks(text: str) -> list[str]:
-    """The ```python blocks of the card's "How to load" section, in order."""
+# "import cl_zoo", "import torch, cl_zoo as cz", "from cl_zoo.checkpoint import load_folder"...
+_CL_ZOO_IMPORT = re.compile(
+    r"^\s*(?:import\s+(?:[\w.]+(?:\s+as\s+\w+)?\s*,\s*)*cl_zoo\b|from\s+cl_zoo(?:\.\w+)*\s+import\b)", re.MULTILINE
+)
+LOCAL_DIR = "local-dir:"  # timm's prefix for a folder, as a card's timm block names it
+
+
+def uses_cl_zoo(block: str) -> bool:
+    """Whether a usage block imports cl_zoo: the blocks ``check_usage`` runs (a timm block does not)."""
+    return _CL_ZOO_IMPORT.search(block) is not None
+
+
+def usage_blocks(text: str, *, every: bool = False) -> list[str]:
+    """The ```python blocks of the card's "How to load" section that import cl_zoo, in order.
+
+    Those are the card's usage snippet: what ``check_usage`` runs and what ``cl-zoo publish``
+    requires to load the uploaded repo. ``every=True`` adds the other Python blocks (timm's).
+    """
     blocks: list[str] = []
     for title, lines in _sections(text):
         if title != USAGE_SECTION:
@@ -50,20 +68,31 @@ def usage_blocks(text: str) -> list[str]:
                 current = None
             elif current is not None:
                 current.append(line)
-    return blocks
+    return blocks if every else [b for b in blocks if uses_cl_zoo(b)]
 
 
 def _path_pattern(paths: set[str]) -> re.Pattern[str]:
-    # A whole path, not the prefix of a longer one (".../ckpt" must not match ".../ckpt-sharded").
+    # A whole path, not the prefix of a longer one (".../ckpt" must not match ".../ckpt-sharded"),
+    # with timm's "local-dir:" prefix when present, so that it is replaced too.
     alternatives = "|".join(re.escape(p) for p in sorted(paths, key=len, reverse=True))
-    return re.compile(r"(?<![\w/.~-])(?:" + alternatives + r")(?![\w/.-])")
+    return re.compile(r"(?<![\w/.~-])(?P<prefix>" + re.escape(LOCAL_DIR) + r")?(?:" + alternatives + r")(?![\w/.-])")
 
 
 def retarget(text: str, folder: str | os.PathLike[str], source: str) -> str:
-    """The card with the folder's local path (as ``save_pretrained`` wrote it) replaced by ``source``."""
+    """The card with the folder's local path (as ``save_pretrained`` wrote it) replaced by ``source``.
+
+    timm's ``local-dir:<folder>`` becomes ``source`` itself when that is an ``hf-hub:`` id (timm's
+    name for the same repo), else ``local-dir:<source>``.
+    """
     folder = Path(folder)
     paths = {str(folder.resolve()), os.path.abspath(folder)}
-    return _path_pattern(paths).sub(lambda _: source, text)
+
+    def replace(match: re.Match[str]) -> str:
+        if match["prefix"] and not source.startswith("hf-hub:"):
+            return LOCAL_DIR + source
+        return source
+
+    return _path_pattern(paths).sub(replace, text)
 
 
 def _local_code(block: str, folder: Path, repo_id: str | None) -> str:
@@ -75,16 +104,22 @@ def _local_code(block: str, folder: Path, repo_id: str | None) -> str:
 
 def check_usage(text: str, folder: str | os.PathLike[str], *, repo_id: str | None = None,
                 card_name: str = "README.md", timeout: float = SNIPPET_TIMEOUT_S) -> None:
-    """Run the card's Python usage block(s) against ``folder``; a one-line CheckpointError if they fail.
+    """Run the card's cl-zoo Python usage block(s) against ``folder``; a one-line CheckpointError if they fail.
 
     ``hf-hub:<repo_id>[@rev]`` in the snippet is replaced by the folder's absolute path, so a card
-    written for the Hub is tried on the very bytes about to be uploaded, offline.
+    written for the Hub is tried on the very bytes about to be uploaded, offline. Blocks that do not
+    import cl_zoo (the timm one) are not run: they need packages cl-zoo does not require.
     """
     folder = Path(folder)
     label = f"{folder / card_name}"
+    if not usage_blocks(text, every=True):
+        raise CheckpointError(f"{label} has no Python usage block under '## {USAGE_SECTION}'; a card must say how to load it")
     blocks = usage_blocks(text)
     if not blocks:
-        raise CheckpointError(f"{label} has no Python usage block under '## {USAGE_SECTION}'; a card must say how to load it")
+        raise CheckpointError(
+            f"{label} has no Python usage block that imports cl_zoo under '## {USAGE_SECTION}'; "
+            "a card must say how cl-zoo loads it"
+        )
     code = "\n\n".join(_local_code(b, folder, repo_id) for b in blocks)
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     package_parent = str(Path(__file__).resolve().parents[1])  # the cl_zoo being used, installed or not
