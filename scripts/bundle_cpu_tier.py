@@ -18,7 +18,12 @@ vs random init), and every number must come from a report whose checkpoint diges
 being published. It refuses when they are not, when a report was not computed with float32 torch
 features, or when the float16 copy moved a top-1 metric by more than 0.1 point.
 
-The folder is the exact Hugging Face Hub repo content. Its card names the registered model only once
+The folder is the exact Hugging Face Hub repo content, in the current checkpoint format (config.json
+format_version 2, weights in one model.safetensors: what timm loads too). A bundle whose weights are
+sharded is written as one file with the same tensors; the shards' digests stay in config.json as
+``files_before_relayout``, and reports computed on those shards are accepted for it. ``--keep-shards``
+keeps a published folder's weight files byte for byte (re-rendering its config and card without
+re-publishing its weights). Its card names the registered model only once
 ``cl_zoo/models/pretrained.py`` pins these files: the script prints the entry to paste, then run it
 again (the second run changes only the card).
 """
@@ -34,7 +39,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cl_zoo.checkpoint import INDEX_NAME, consolidate_weights, upgrade_config
 from cl_zoo.checkpoint.card import PAPERS, extra_sections, registered_name_of, render_card
+from cl_zoo.checkpoint.hub import zoo_repo_id
+from cl_zoo.checkpoint.timm_compat import ZOO_CFG_KEY
 from cl_zoo.dedup_calibration import card_section as dedup_card_section
 from cl_zoo.eval.report import compare_reports, read_report
 from cl_zoo.fileio import atomic_write_text
@@ -78,7 +86,8 @@ def training_summary(metrics_csv: Path) -> dict[str, Any]:
     }
 
 
-def check_report(path: Path, files: dict[str, str] | None, random_init: bool = False) -> dict[str, Any]:
+def check_report(path: Path, files: list[dict[str, str]] | None, random_init: bool = False) -> dict[str, Any]:
+    """The report at ``path``, refused unless it is fp32 torch features on one of ``files`` (digest maps)."""
     report = read_report(path)
     features = report.get("features") or {}
     if (features.get("precision"), features.get("backend")) != ("fp32", "torch"):
@@ -87,7 +96,7 @@ def check_report(path: Path, files: dict[str, str] | None, random_init: bool = F
     model = report.get("model") or {}
     if random_init != (model.get("source") == "random-init"):
         fail(f"{path}: {'not ' if random_init else ''}a random-init report")
-    if files is not None and model.get("checkpoint_files_sha256") != files:
+    if files is not None and model.get("checkpoint_files_sha256") not in files:
         fail(f"{path} was not computed on the files being published (checkpoint digests differ)")
     return report
 
@@ -105,7 +114,7 @@ def other_seed(bundle: Path, method: str, recipe: dict[str, Any], test_files: st
         fail(f"{bundle}: not the published recipe with another seed (method {other.get('method')}, seed {seed})")
     if seed == recipe.get("seed"):
         fail(f"{bundle}: trained with seed {seed}, the published weights' own seed")
-    reports = {t: check_report(bundle / "reports" / f"{t}_fp16.json", dict(config.get("files") or {})) for t in ("knn", "linear")}
+    reports = {t: check_report(bundle / "reports" / f"{t}_fp16.json", [dict(config.get("files") or {})]) for t in ("knn", "linear")}
     if reports["knn"]["data"]["test"]["file_list_hash"] != test_files:
         fail(f"{bundle}: scored on other test images")
     return {"seed": int(seed), "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])}}, reports
@@ -171,12 +180,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine", help="machine line for the card (default: the bundle's logs/machine.txt)")
     parser.add_argument("--other-seed", type=Path, action="append", default=[], metavar="DIR",
                         help="bundle of the same recipe trained with another --seed (scores shown, weights not published)")
+    parser.add_argument("--keep-shards", action="store_true",
+                        help="keep sharded weight files as they are instead of writing one model.safetensors")
     args = parser.parse_args(argv)
 
     name = f"{args.method}_resnet18.{TAG}"
     bundle = args.bundle or REPO / "runs" / "cpu_tier_bundles" / name
     src, reports = bundle / "model", bundle / "reports"
-    config = read_json(src / "config.json")
+    config = upgrade_config(read_json(src / "config.json"))
     if args.run is not None:
         # Bundles made before evaluate_and_bundle.sh carried these over take them from the run itself.
         run_config = read_json(args.run / "model" / "config.json")
@@ -191,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     files = dict(config.get("files") or {})
     if not files:
         fail(f"{src}/config.json lists no weight files")
+    # The weights the reports may have been computed on: these files, or the shards they were re-laid out from.
+    scored_files = [files] + ([config["files_before_relayout"]] if config.get("files_before_relayout") else [])
 
     fp32 = {t: check_report(reports / f"{t}.json", None) for t in ("knn", "linear")}
-    fp16 = {t: check_report(reports / f"{t}_fp16.json", files) for t in ("knn", "linear")}
+    fp16 = {t: check_report(reports / f"{t}_fp16.json", scored_files) for t in ("knn", "linear")}
     for task in ("knn", "linear"):
         for row in compare_reports(fp32[task], fp16[task], TOLERANCE):
             if not row["ok"]:
@@ -232,10 +245,11 @@ def main(argv: list[str] | None = None) -> int:
              "does not learn is a bug to find, not a row to publish")
 
     paper = PAPERS.get(args.method, ("", ""))[0]
-    cfg = dict(config["pretrained_cfg"])
-    cfg.update(bundled=name, paper=paper or None, license="apache-2.0", dataset="imagenette",
-               notes=cpu_tier_note(args.method, tier))
-    config.update(model_name=name, pretrained_cfg=cfg, cpu_tier=tier)
+    zoo_cfg = dict(config[ZOO_CFG_KEY])
+    zoo_cfg.update(hf_hub_id=zoo_repo_id(name), bundled=name, paper=paper or None, dataset="imagenette",
+                   notes=cpu_tier_note(args.method, tier))
+    config["pretrained_cfg"]["license"] = "apache-2.0"
+    config.update({"model_name": name, ZOO_CFG_KEY: zoo_cfg, "cpu_tier": tier})
     dest = args.out / name
     if (dest / "config.json").is_file():
         # A near-duplicate calibration (scripts/calibrate_dedup.py --write) measured on these very
@@ -243,7 +257,6 @@ def main(argv: list[str] | None = None) -> int:
         previous = json.loads((dest / "config.json").read_text(encoding="utf-8"))
         if previous.get("files") == files and "dedup" in previous:
             config["dedup"] = previous["dedup"]
-    config["pretrained_cfg"]["metrics"] = dict(config.get("metrics") or {})
 
     tmp = args.out / f".{name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -251,6 +264,9 @@ def main(argv: list[str] | None = None) -> int:
     for file in [*files, "model.safetensors.index.json", "curves.png"]:
         if (src / file).is_file():
             shutil.copy2(src / file, tmp / file)
+    if (tmp / INDEX_NAME).is_file() and not args.keep_shards:
+        config["files"] = consolidate_weights(tmp)
+        config["files_before_relayout"] = files
     shutil.copy2(bundle / "run" / "metrics.csv", tmp / "training_log.csv")  # per-epoch loss, lr, throughput, monitor
     for task in ("knn", "linear"):
         shutil.copy2(reports / f"{task}_fp16.json", tmp / f"eval_{task}.json")
@@ -277,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{100 * tier['fp16_top1']['linear_fast_top1']:.2f}%; {tier['train_time_s'] / 60:.1f} min, {tier['views_per_s']:.0f} views/s")
     if registered_name_of(config) != name:
         print("\nnot registered yet: add this to cl_zoo/models/pretrained.py, then run the script again for the card\n")
-        print(f"_cpu_tier({args.method!r}, {config['architecture']!r}, {json.dumps(files, indent=4)}, {{")
+        print(f"_cpu_tier({args.method!r}, {config['architecture']!r}, {json.dumps(config['files'], indent=4)}, {{")
         for key in ("imagenette_knn_k20_top1", "imagenette_knn_k200_top1", "imagenette_linear_fast_top1"):
             print(f"    {key!r}: {round(config['metrics'][key], 4)},")
         print("})")
