@@ -176,8 +176,9 @@ def test_symlink_leading_out_is_refused(saved, tmp_path, watcher):
     assert watcher.opened == []
 
 
-def test_hub_cache_layout_links_into_its_own_blobs_only(saved, tmp_path):
+def test_hub_cache_layout_links_into_its_own_blobs_only(saved, tmp_path, monkeypatch):
     """A huggingface_hub snapshot links every file to ../../blobs: allowed for its own repo only."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     repo = tmp_path / "hub" / "models--me--tiny"
     snap = repo / "snapshots" / "abc123"
     snap.mkdir(parents=True)

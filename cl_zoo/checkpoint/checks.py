@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import stat
 import struct
 import types
 import typing
@@ -33,21 +34,51 @@ TORCH_DTYPE_NAMES = {
     "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
 }
 MAX_HEADER_BYTES = 100_000_000  # the safetensors format's own limit
-MAX_INPUT_SIDE = 8192  # pixels; a larger input_size in a config is damage, not a model
+# pixels. A feature extractor's input side: the largest published ones are a few hundred pixels
+# (224-518); 1024 leaves room for detection-sized inputs. A config asking for more is damage or an
+# attack: at 8192 one image is 805 MB of float32 input and a batch of 64 needs 51 GB.
+MAX_INPUT_SIDE = 1024
 INTERPOLATIONS = ("nearest", "bilinear", "bicubic", "lanczos", "box", "hamming")
 
 
 # ---------------------------------------------------------------------------------------------- names
+def hub_cache_roots() -> list[Path]:
+    """The Hugging Face cache folders as the environment names them now (resolved)."""
+    candidates = [os.environ.get("HF_HUB_CACHE")]
+    if os.environ.get("HF_HOME"):
+        candidates.append(os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hub"))
+    try:
+        from huggingface_hub import constants
+
+        candidates.append(constants.HF_HUB_CACHE)
+    except ImportError:  # pragma: no cover - a dependency; without it there is no cache to trust
+        pass
+    return [Path(os.path.expanduser(c)).resolve() for c in candidates if c]
+
+
 def trusted_roots(folder: Path) -> list[Path]:
     """Where a folder's files may really live once symlinks are followed.
 
-    The folder itself, and, for a ``huggingface_hub`` cache snapshot
-    (``models--o--n/snapshots/<rev>/``), that same repo's ``blobs/`` (the cache links every file
-    there). Another repo's blobs, or anything else, is outside.
+    The folder itself, and, for a snapshot of the real ``huggingface_hub`` cache
+    (``<HF cache>/models--o--n/snapshots/<rev>/``), that same repo's ``blobs/`` folder, where the
+    cache links every file. The rule holds only inside the cache root the environment names, and
+    only when ``blobs`` is a real folder of that repo: a ``snapshots/`` folder made anywhere else,
+    or a ``blobs`` that is itself a link (``blobs -> /``), would otherwise let a folder's files
+    point at any file on the machine.
     """
     roots = [folder.resolve()]
-    if folder.parent.name == "snapshots":
-        roots.append((folder.parent.parent / "blobs").resolve())
+    snapshots = folder.parent
+    repo = snapshots.parent
+    if snapshots.name == "snapshots" and repo.name.startswith("models--"):
+        blobs = repo / "blobs"
+        real_repo = repo.resolve()
+        if (
+            real_repo.parent in hub_cache_roots()
+            and blobs.is_dir()
+            and not blobs.is_symlink()
+            and blobs.resolve() == real_repo / "blobs"
+        ):
+            roots.append(real_repo / "blobs")
     return roots
 
 
@@ -74,6 +105,10 @@ def member(folder: Path, name: object, where: str) -> Path:
     real = Path(os.path.realpath(path))
     if not any(real == root or root in real.parents for root in trusted_roots(folder)):
         raise CheckpointError(f"{where}: {name!r} is a link leading out of the checkpoint folder ({real}); refused")
+    # Only regular files are ever opened: a FIFO would block the reader forever, a device
+    # (/dev/zero) would feed it without end. lstat of the resolved path reads no content.
+    if os.path.lexists(real) and not stat.S_ISREG(os.stat(real).st_mode):
+        raise CheckpointError(f"{where}: {name!r} is not a regular file; refused")
     return path
 
 

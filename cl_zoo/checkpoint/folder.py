@@ -377,7 +377,8 @@ class MismatchMessages:
     missing: str = "{n} missing (first: {first})"
     unexpected: str = "{n} unexpected (first: {first})"
     shape: str = "weights in {source} do not match the architecture: {key} has shape {shape}, expected {expected}"
-    not_finite: str = "{source}: {key} contains NaN or infinite values; the file is damaged"
+    not_finite: str = "{source}: {key} contains NaN or infinite values (in the model's dtype); the file is damaged"
+    negative_variance: str = "{source}: {key} holds negative variances (BatchNorm would produce NaN); the file is damaged"
     dtype: str = "weights in {source} do not match the architecture: {key} is {dtype}, expected {expected}"
 
 
@@ -418,8 +419,12 @@ def load_state_into(
             raise CheckpointError(messages.dtype.format(
                 key=key, dtype=str(tensor.dtype).replace("torch.", ""),
                 expected="a floating-point tensor" if want.is_floating_point else str(want).replace("torch.", ""), **fmt))
-        if check_finite and tensor.is_floating_point() and not torch.isfinite(tensor).all():
+        # Finite in the dtype the model runs in: 1e300 is a finite float64 and inf as float32.
+        if check_finite and tensor.is_floating_point() and not torch.isfinite(tensor.to(want)).all():
             raise CheckpointError(messages.not_finite.format(key=key, **fmt))
+        # A negative running variance puts the square root of a negative number in every forward.
+        if check_finite and key.endswith("running_var") and bool((tensor < 0).any()):
+            raise CheckpointError(messages.negative_variance.format(key=key, **fmt))
     cast = sum(1 for k, v in state.items() if v.is_floating_point() and v.dtype != expected[k].dtype)
     converted = {k: v.to(expected[k].dtype) if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(converted, strict=True)
