@@ -49,10 +49,15 @@ ZOO_NAMESPACE = "cl-zoo"
 ZOO_NAMESPACE_ENV = "CL_ZOO_HUB_NAMESPACE"
 
 
+def is_namespace(text: str) -> bool:
+    """Whether ``text`` can be a Hub user or organisation name (letters, digits, ``-``, ``_``, ``.``)."""
+    return bool(text) and "/" not in text and text.replace("-", "").replace("_", "").replace(".", "").isalnum()
+
+
 def zoo_namespace() -> str:
     """The namespace the zoo's own Hub repos are read from and published to, as the environment says now."""
     namespace = os.environ.get(ZOO_NAMESPACE_ENV, "").strip() or ZOO_NAMESPACE
-    if "/" in namespace or not namespace.replace("-", "").replace("_", "").replace(".", "").isalnum():
+    if not is_namespace(namespace):
         raise HubError(f"{ZOO_NAMESPACE_ENV}={namespace!r} is not a Hub user or organisation name")
     return namespace
 

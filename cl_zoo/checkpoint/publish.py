@@ -11,19 +11,36 @@ it was (the upload is staged from hard links, never by editing the user's files)
 Uploads go through ``HfApi.create_repo`` and ``HfApi.upload_folder``; the token comes from the
 argument, ``HF_TOKEN`` or the saved Hub login (``huggingface_hub.get_token``). It is never
 printed or put in an error message.
+
+Publishing many repos (``cl-zoo publish --all``: every checkpoint folder under ``model_cards/`` to
+``<namespace>/<folder name>``) must be safe to re-run, so :func:`sync_folders` first compares what
+it would upload (the staged files, the card as :func:`card_for_repo` rewrites it) with the files on
+the repo's ``main``: a regular file by its git blob sha1, an LFS file by its sha256. A repo whose
+files all match is left alone ("unchanged"); any other is uploaded as one commit that also deletes
+files the folder no longer has, so the repo ends up equal to the folder. Every folder is validated
+before the first upload, so one broken folder stops the run with nothing of it (or after it) pushed.
+
+Mirrors (``cl-zoo publish --release NAME``): a third-party release whose licence allows
+redistribution (:data:`cl_zoo.models.releases.REDISTRIBUTION`; refused otherwise, before any
+download) is fetched and converted as :func:`cl_zoo.convert.sources.load_release` does, then
+published as a zoo repo whose ``config.json`` carries a ``mirror`` object (release, the publisher's
+Hub repo as ``base_model``, pages, licence) and whose card has a "Provenance" section.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator, Sequence
 
-from cl_zoo.checkpoint.folder import CARD_NAME, CONFIG_NAME, load_folder, weight_files
-from cl_zoo.errors import CheckpointError, HubError
+from cl_zoo.checkpoint.folder import CARD_NAME, CONFIG_NAME, INDEX_NAME, load_folder, read_config, weight_files
+from cl_zoo.errors import CheckpointError, ClZooError, HubError
 
 # Files written by save_pretrained's staging step or editors: never part of a release.
 IGNORE_PATTERNS = [".*", "**/.*", ".staging-*/**", "__pycache__/**", "*.tmp"]
@@ -107,25 +124,32 @@ def card_for_repo(folder: str | os.PathLike[str], repo_id: str) -> str:
     return text
 
 
+def _folder_files(folder: Path) -> Iterator[tuple[str, Path]]:
+    """(path in the repo, local file) of everything uploaded from ``folder`` except its card, which
+    is replaced by the retargeted one; hidden files, staging folders and temporaries never go."""
+    for dirpath, dirnames, filenames in os.walk(folder):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        rel = Path(dirpath).relative_to(folder)
+        for name in sorted(filenames):
+            if name.startswith(".") or name.endswith(".tmp") or (rel == Path(".") and name == CARD_NAME):
+                continue
+            yield (rel / name).as_posix(), Path(dirpath) / name
+
+
 def _staged(folder: Path, card: str) -> Path:
     """A folder to upload: hard links to ``folder``'s files (copies across filesystems) plus ``card``."""
     try:
         staging = Path(tempfile.mkdtemp(prefix=".publish-", dir=folder))
     except OSError:  # a read-only checkpoint folder
         staging = Path(tempfile.mkdtemp(prefix="cl-zoo-publish-"))
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "__pycache__"]
-        rel = Path(dirpath).relative_to(folder)
-        for name in filenames:
-            if name.startswith(".") or name.endswith(".tmp") or (rel == Path(".") and name == CARD_NAME):
-                continue
-            target = staging / rel / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                os.link(Path(dirpath) / name, target)
-            except OSError:
-                shutil.copy2(Path(dirpath) / name, target)
-    (staging / CARD_NAME).write_text(card, encoding="utf-8")
+    for rel, path in _folder_files(folder):
+        target = staging / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+    (staging / CARD_NAME).write_bytes(card.encode("utf-8"))
     return staging
 
 
@@ -141,32 +165,64 @@ def publish_folder(
     create_pr: bool = False,
     token: str | None = None,
     commit_message: str | None = None,
+    delete_stale: bool = False,
 ) -> PublishResult:
     """Validate ``folder`` and upload it to ``repo_id`` (created if needed).
 
     ``revision`` pushes to that branch (created from main if missing); ``create_pr`` opens a pull
     request against main instead of committing to it. The two are exclusive, as on the Hub.
+    ``delete_stale`` also deletes the repo's files that the folder does not have (a shard count
+    that changed), so the repo equals the folder.
     """
-    from huggingface_hub import HfApi, get_token
-    from huggingface_hub.errors import HfHubHTTPError
-
     from cl_zoo.checkpoint.hub import hub_settings
 
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise HubError(f"bad repo id {repo_id!r}: expected owner/name")
+    _check_repo_id(repo_id)
     if create_pr and revision not in (None, "main"):
         raise HubError("--create-pr opens a pull request against main; do not combine it with --revision")
     report = validate_folder(folder)
     settings = hub_settings()
+    token = _write_token(settings, token)
+    card = card_for_repo(report.folder, repo_id)
+    message = commit_message or f"Upload {report.model_name or report.architecture} with cl-zoo"
+    return _push(_api(settings, token), report.folder, repo_id, card, private=private, revision=revision,
+                 create_pr=create_pr, message=message, delete_stale=delete_stale)
+
+
+def _check_repo_id(repo_id: str) -> None:
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise HubError(f"bad repo id {repo_id!r}: expected owner/name")
+
+
+def _write_token(settings: dict[str, Any], token: str | None) -> str:
+    """The token to write with; one-line errors for offline mode and for no token at all."""
+    from huggingface_hub import get_token
+
     if settings["local_files_only"]:
         raise HubError("HF_HUB_OFFLINE=1 is set; unset it to publish")
     token = token or get_token()
     if not token:
         raise HubError("no Hub token: set HF_TOKEN or run `hf auth login`")
-    card = card_for_repo(report.folder, repo_id)
-    api = HfApi(endpoint=settings["endpoint"], token=token)
-    message = commit_message or f"Upload {report.model_name or report.architecture} with cl-zoo"
-    staging = _staged(report.folder, card)
+    return token
+
+
+def _api(settings: dict[str, Any], token: str | None) -> Any:
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=settings["endpoint"], token=token or None)
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    return type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "requests", "urllib3"}
+
+
+def _push(
+    api: Any, folder: Path, repo_id: str, card: str, *, private: bool = False, revision: str | None = None,
+    create_pr: bool = False, message: str, delete_stale: bool = False,
+) -> PublishResult:
+    """Upload ``folder`` (with ``card`` as its README.md) in one commit; errors are one line."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    staging = _staged(folder, card)
     try:
         api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
         if revision and revision != "main":
@@ -179,6 +235,8 @@ def publish_folder(
             create_pr=create_pr,
             commit_message=message,
             ignore_patterns=list(IGNORE_PATTERNS),
+            # .gitattributes is never deleted by huggingface_hub, whatever the pattern.
+            delete_patterns=["*"] if delete_stale else None,
         )
     except HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
@@ -187,10 +245,410 @@ def publish_folder(
     except ValueError as exc:
         raise HubError(f"could not publish to {repo_id}: {_one_line(exc)}") from exc
     except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack
-        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "httpcore"}:
+        if not _is_transport_error(exc):
             raise
-        endpoint = settings["endpoint"] or api.endpoint
-        raise HubError(f"could not publish to {repo_id}: {endpoint} cannot be reached ({type(exc).__name__})") from exc
+        raise HubError(f"could not publish to {repo_id}: {api.endpoint} cannot be reached ({type(exc).__name__})") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return PublishResult(repo_id=repo_id, commit=info.oid, commit_url=info.commit_url, pr_url=info.pr_url)
+
+
+# --------------------------------------------------------------------------------------------------
+# Many folders, idempotently: compare with the Hub, upload what differs, record what was pushed
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    """What the Hub would report for a file: its git blob sha1 (regular files) and sha256 (LFS)."""
+
+    sha256: str
+    git_sha1: str
+
+
+def _digest(data: bytes | Path) -> LocalFile:
+    if isinstance(data, bytes):
+        return LocalFile(hashlib.sha256(data).hexdigest(),
+                         hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
+    sha256 = hashlib.sha256()
+    sha1 = hashlib.sha1(b"blob %d\0" % data.stat().st_size)
+    with open(data, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            sha256.update(chunk)
+            sha1.update(chunk)
+    return LocalFile(sha256.hexdigest(), sha1.hexdigest())
+
+
+def local_files(folder: str | os.PathLike[str], card: str) -> dict[str, LocalFile]:
+    """Digests of exactly what :func:`publish_folder` would upload from ``folder`` with ``card``."""
+    files = {rel: _digest(path) for rel, path in _folder_files(Path(folder))}
+    files[CARD_NAME] = _digest(card.encode("utf-8"))
+    return dict(sorted(files.items()))
+
+
+# Files the Hub itself puts in every repo (create_repo's first commit): not part of what we compare.
+HUB_OWN_FILES = frozenset({".gitattributes"})
+
+
+def remote_files(api: Any, repo_id: str) -> tuple[str | None, dict[str, Any]]:
+    """(main's commit sha, path -> RepoFile) of ``repo_id``; (None, {}) when the repo or main does not
+    exist. Network failures propagate (the caller decides whether that is an error)."""
+    from huggingface_hub.errors import RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        commit = api.model_info(repo_id, revision="main").sha
+        tree = api.list_repo_tree(repo_id, revision=commit, recursive=True, repo_type="model")
+        files = {entry.path: entry for entry in tree if hasattr(entry, "blob_id")}  # RepoFolder has none
+    except (RepositoryNotFoundError, RevisionNotFoundError):  # a new repo (or one without main)
+        return None, {}
+    return commit, {path: entry for path, entry in files.items() if path not in HUB_OWN_FILES}
+
+
+def differences(local: dict[str, LocalFile], remote: dict[str, Any]) -> list[str]:
+    """Repo paths whose content differs, is new, or would be deleted; [] when the repo already matches."""
+    changed = []
+    for path in sorted(set(local) | set(remote)):
+        mine, theirs = local.get(path), remote.get(path)
+        if mine is None or theirs is None:
+            changed.append(path)
+            continue
+        lfs = getattr(theirs, "lfs", None)
+        same = (lfs.sha256 == mine.sha256) if lfs is not None else (theirs.blob_id == mine.git_sha1)
+        if not same:
+            changed.append(path)
+    return changed
+
+
+@dataclass
+class Plan:
+    """What publishing one folder to one repo would do."""
+
+    folder: Path
+    repo_id: str
+    report: FolderReport
+    card: str
+    files: dict[str, LocalFile]
+    remote_commit: str | None = None  # main's commit now (None: new repo, or could not tell)
+    changes: list[str] | None = None  # paths that differ; None: could not tell (offline, unreachable)
+    unknown_reason: str = ""
+    new_repo: bool = False
+
+    @property
+    def unchanged(self) -> bool:
+        return self.changes == []
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    repo_id: str
+    folder: Path
+    action: str  # uploaded | unchanged | would-upload | unknown (dry run, Hub not reachable)
+    commit: str | None
+    files: dict[str, str] = field(default_factory=dict)  # path in the repo -> sha256
+
+
+def _naming(exc: ClZooError, folder: Path, repo_id: str) -> ClZooError:
+    """The same error, its one line naming the folder and the repo (so a run of many says which)."""
+    message = " ".join(str(exc).split())
+    missing = [name for name in (repo_id, str(folder)) if name not in message]
+    if missing:
+        message = (f"{missing[0]} ({missing[1]})" if len(missing) == 2 else missing[0]) + f": {message}"
+    try:
+        return type(exc)(message)
+    except Exception:  # noqa: BLE001 - an error class with another constructor
+        return ClZooError(message)
+
+
+def plan_folder(folder: Path, repo_id: str, api: Any | None, *, dry_run: bool) -> Plan:
+    """Validate ``folder`` for ``repo_id`` and compare it with the repo (``api`` None: offline).
+
+    The card's usage snippet (a subprocess, seconds) runs when the folder will be uploaded, or
+    always in a dry run; a repo that already holds these exact bytes got that check when they
+    were uploaded.
+    """
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from cl_zoo.checkpoint.usage import retarget
+
+    report = validate_folder(folder)
+    card = retarget((report.folder / CARD_NAME).read_text(encoding="utf-8"), report.folder, f"hf-hub:{repo_id}")
+    plan = Plan(report.folder, repo_id, report, card, local_files(report.folder, card))
+    if api is None:
+        plan.unknown_reason = "offline (HF_HUB_OFFLINE=1)"
+    else:
+        try:
+            commit, remote = remote_files(api, repo_id)
+        except (HfHubHTTPError, OSError, ValueError) as exc:
+            if not dry_run:
+                raise HubError(f"cannot read {repo_id} on the Hub to compare: {_one_line(exc)}") from exc
+            plan.unknown_reason = f"the Hub answered {_one_line(exc)[:120]}"
+        except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack
+            if not _is_transport_error(exc):
+                raise
+            if not dry_run:
+                raise HubError(f"cannot read {repo_id}: {api.endpoint} cannot be reached ({type(exc).__name__})") from exc
+            plan.unknown_reason = f"{api.endpoint} cannot be reached"
+        else:
+            plan.remote_commit, plan.new_repo = commit, commit is None
+            plan.changes = differences(plan.files, remote)
+    if dry_run or not plan.unchanged:
+        checked = card_for_repo(report.folder, repo_id)  # the same retargeted text, after running its snippet
+        if checked != plan.card:  # never expected; keep the digests true to what is uploaded
+            plan.card, plan.files = checked, local_files(report.folder, checked)
+    return plan
+
+
+def _record(path: Path, result: SyncResult) -> None:
+    """Append one JSON line: what is on the repo now, and whether this run pushed it."""
+    line = {
+        "repo_id": result.repo_id,
+        "action": result.action,
+        "commit": result.commit,
+        "files": result.files,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line, sort_keys=True) + "\n")
+
+
+def _summary(plan: Plan) -> str:
+    if plan.new_repo:
+        return f"new repo, {len(plan.files)} files"
+    changes = plan.changes or []
+    shown = ", ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
+    return f"{len(changes)} file(s) differ: {shown}"
+
+
+def sync_folders(
+    items: Sequence[tuple[Path, str]],
+    *,
+    dry_run: bool = False,
+    record: str | os.PathLike[str] | None = None,
+    private: bool = False,
+    commit_message: str | None = None,
+    token: str | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[SyncResult]:
+    """Publish each (folder, repo id), skipping repos that already hold exactly those files.
+
+    Every folder is validated (and compared with its repo) before anything is uploaded, so a
+    broken folder stops the run with nothing uploaded. ``record`` gets one JSON line per repo
+    (not in a dry run: nothing was pushed). Errors are one line naming the folder and repo.
+    """
+    from cl_zoo.checkpoint.hub import hub_settings
+
+    for _, repo_id in items:
+        _check_repo_id(repo_id)
+    settings = hub_settings()
+    if not dry_run:
+        token = _write_token(settings, token)
+    else:
+        from huggingface_hub import get_token
+
+        token = token or get_token()
+    api = None if settings["local_files_only"] else _api(settings, token)
+    plans: list[Plan] = []
+    for folder, repo_id in items:
+        try:
+            plans.append(plan_folder(Path(folder), repo_id, api, dry_run=dry_run))
+        except ClZooError as exc:
+            raise _naming(exc, Path(folder), repo_id) from exc
+    results: list[SyncResult] = []
+    for plan in plans:
+        digests = {path: f.sha256 for path, f in plan.files.items()}
+        if dry_run:
+            if plan.changes is None:
+                action, text = "unknown", (f"would upload: {plan.repo_id} unless the Hub already has these "
+                                           f"{len(plan.files)} files (cannot tell: {plan.unknown_reason})")
+            elif plan.unchanged:
+                action, text = "unchanged", f"unchanged: {plan.repo_id} (nothing to upload)"
+            else:
+                action, text = "would-upload", f"would upload: {plan.repo_id} ({_summary(plan)})"
+            echo(f"{text}; validated {plan.folder}")
+            result = SyncResult(plan.repo_id, plan.folder, action, plan.remote_commit, digests)
+        elif plan.unchanged:
+            echo(f"unchanged: {plan.repo_id}")
+            result = SyncResult(plan.repo_id, plan.folder, "unchanged", plan.remote_commit, digests)
+        else:
+            message = commit_message or f"Upload {plan.report.model_name or plan.report.architecture} with cl-zoo"
+            try:
+                pushed = _push(api, plan.folder, plan.repo_id, plan.card, private=private, message=message,
+                               delete_stale=True)
+            except ClZooError as exc:
+                raise _naming(exc, plan.folder, plan.repo_id) from exc
+            echo(f"uploaded: {plan.repo_id} @ {pushed.commit} ({_summary(plan)}) {pushed.commit_url}")
+            result = SyncResult(plan.repo_id, plan.folder, "uploaded", pushed.commit, digests)
+        if record is not None and not dry_run:
+            _record(Path(record), result)
+        results.append(result)
+    return results
+
+
+def zoo_folders(model_cards: str | os.PathLike[str]) -> list[Path]:
+    """The checkpoint folders (a ``config.json`` inside) directly under ``model_cards``, by name."""
+    root = Path(model_cards)
+    if not root.is_dir():
+        raise CheckpointError(f"{root} is not a folder")
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and (p / CONFIG_NAME).is_file())
+    if not folders:
+        raise CheckpointError(f"{root} holds no checkpoint folders (sub-folders with a {CONFIG_NAME})")
+    return folders
+
+
+def default_model_cards() -> Path:
+    """The first of :func:`cl_zoo.checkpoint.hub.model_card_dirs` that exists."""
+    from cl_zoo.checkpoint.hub import model_card_dirs
+
+    dirs = model_card_dirs()
+    for folder in dirs:
+        if folder.is_dir():
+            return folder
+    raise CheckpointError(f"no model_cards folder found (looked in {', '.join(map(str, dirs))}); pass --model-cards DIR")
+
+
+def check_namespace(namespace: str) -> str:
+    """A Hub user or organisation name (the same rule as CL_ZOO_HUB_NAMESPACE)."""
+    from cl_zoo.checkpoint.hub import is_namespace
+
+    if not is_namespace(namespace):
+        raise HubError(f"--namespace {namespace!r} is not a Hub user or organisation name")
+    return namespace
+
+
+def publish_all(
+    model_cards: str | os.PathLike[str] | None = None,
+    namespace: str | None = None,
+    **kwargs: Any,
+) -> list[SyncResult]:
+    """Publish every checkpoint folder under ``model_cards`` to ``<namespace>/<folder name>``
+    (defaults: the bundled model_cards, :func:`cl_zoo.checkpoint.hub.zoo_namespace`)."""
+    from cl_zoo.checkpoint.hub import zoo_namespace
+
+    namespace = check_namespace(namespace) if namespace is not None else zoo_namespace()
+    folders = zoo_folders(model_cards if model_cards is not None else default_model_cards())
+    return sync_folders([(folder, f"{namespace}/{folder.name}") for folder in folders], **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------
+# Mirrors of third-party releases
+# --------------------------------------------------------------------------------------------------
+
+
+class RedistributionError(ClZooError):
+    """A release whose licence does not allow publishing a copy."""
+
+
+def check_redistribution(release: Any) -> Any:
+    """The release's :class:`~cl_zoo.models.releases.Redistribution`; a one-line refusal naming the
+    licence and its page when copies may not be published."""
+    terms = release.redistribution
+    if not terms.allowed:
+        quote = " ".join(release.licence_quote.split())
+        raise RedistributionError(
+            f"refusing to mirror {release.name}: its licence ({release.licence or 'none'}; {release.licence_page} "
+            f"says \"{quote}\") does not allow redistribution: {terms.terms}"
+        )
+    return terms
+
+
+def mirror_info(release: Any) -> dict[str, Any]:
+    """The ``mirror`` object of a mirror's config.json: where the weights came from and on what terms."""
+    from cl_zoo.models.releases import HubSource
+
+    hub = next((s for s in release.sources if isinstance(s, HubSource)), None)
+    pages = list(dict.fromkeys(s.page for s in release.sources))
+    return {
+        "release": release.name,
+        "base_model": hub.repo_id if hub is not None else None,
+        "pages": pages,
+        "licence_page": release.licence_page,
+        "licence_quote": release.licence_quote,
+        "licence": release.licence,
+        "redistribution": release.redistribution.terms,
+    }
+
+
+def _provenance(release: Any, info: dict[str, Any], origin: str | None) -> str:
+    quote = " / ".join(line.strip() for line in release.licence_quote.splitlines())
+    lines = [
+        f"This repository is a copy of the release `{release.name}`, published by {release.trained_by}. "
+        f"cl-zoo downloaded it from {origin or 'its first working source'} (checked against the publisher's "
+        "checksum where one is published) and converted it losslessly to safetensors (backbone only); "
+        "it is mirrored so the weights stay available if the original links go away.",
+        "",
+        "Original pages:",
+        *(f"- {page}" for page in info["pages"]),
+    ]
+    if info["base_model"]:
+        lines += ["", f"Original Hub repo (base model): [{info['base_model']}](https://huggingface.co/{info['base_model']})."]
+    lines += [
+        "",
+        f"Licence: **{release.licence}**, as stated at {release.licence_page}: \"{quote}\". "
+        f"Redistribution: {release.redistribution.terms}.",
+    ]
+    if "nc" in release.licence.split("-"):
+        lines += ["", "**Non-commercial use only.** These weights are under a NonCommercial licence; "
+                      "using them, from this mirror or the original, is bound by its terms."]
+    return "\n".join(lines)
+
+
+def stage_mirror(name: str, dest: str | os.PathLike[str]) -> Path:
+    """Write the mirror folder of release ``name`` into ``dest``: the cached conversion's weights
+    (hard links), its config.json plus ``mirror``, and a card with a "Provenance" section.
+
+    The licence is checked first, so a refused release is never downloaded.
+    """
+    from cl_zoo.checkpoint.card import extra_sections, render_card
+    from cl_zoo.convert.sources import release_folder
+    from cl_zoo.models.releases import RELEASES
+    from cl_zoo.registry import get_pretrained
+
+    release = RELEASES.get(name)
+    if release is None:
+        get_pretrained(name)  # an unknown name: the "did you mean" error
+        raise HubError(f"{name} is not a third-party release (those are listed by `cl-zoo models --pretrained '*.in1k*'`)")
+    check_redistribution(release)
+    source = release_folder(name, get_pretrained(name).arch, mirror=False)
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    config = read_config(source)
+    info = mirror_info(release)
+    config["mirror"] = info
+    for member in [*weight_files(source), INDEX_NAME]:
+        if (source / member).is_file():
+            try:
+                os.link(source / member, dest / member)
+            except OSError:
+                shutil.copy2(source / member, dest / member)
+    (dest / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    sections = {"Provenance": _provenance(release, info, config.get("origin"))}
+    if (source / CARD_NAME).is_file():  # the conversion's sections: who trained it, reported results, origin
+        kept = extra_sections((source / CARD_NAME).read_text(encoding="utf-8"))
+        sections.update({title: text for title, text in kept.items() if title != "Provenance"})
+    if release.citation:
+        sections["Citation"] = f"```bibtex\n{release.citation}\n```"
+    (dest / CARD_NAME).write_text(render_card(config, sections=sections, folder=dest), encoding="utf-8")
+    return dest
+
+
+def mirror_pins(folder: str | os.PathLike[str]) -> dict[str, str]:
+    """The sha256 of each weights file of a mirror folder: what MIRRORS records."""
+    from cl_zoo.checkpoint.folder import sha256_file
+
+    folder = Path(folder)
+    return {name: sha256_file(folder / name) for name in weight_files(folder)}
+
+
+def publish_release(name: str, repo_id: str, **kwargs: Any) -> tuple[SyncResult, dict[str, str]]:
+    """Mirror release ``name`` to ``repo_id`` (idempotent, like :func:`sync_folders`); returns the
+    result and the pins to record in ``cl_zoo.models.releases.MIRRORS``."""
+    _check_repo_id(repo_id)
+    staging = Path(tempfile.mkdtemp(prefix="cl-zoo-mirror-"))
+    try:
+        folder = stage_mirror(name, staging / name)
+        pins = mirror_pins(folder)
+        (result,) = sync_folders([(folder, repo_id)], **kwargs)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return result, pins

@@ -6,8 +6,12 @@ otherwise it tries each source in turn -- the Hub through ``huggingface_hub.hf_h
 (pinned revision, the HF cache, ``HF_ENDPOINT``/``HF_HUB_OFFLINE``/``HF_HUB_CACHE`` re-read on
 every call), URLs through ``urllib`` -- checks the checksum the publisher gives for that source,
 converts the file with its layout's reader and caches the result under
-``$CL_ZOO_CACHE/releases/<name>``. When no source works, the error is one line naming every
-source tried and why it failed.
+``$CL_ZOO_CACHE/releases/<name>``. When every publisher source fails and the release has a
+mirror (:data:`cl_zoo.models.releases.MIRRORS`: a zoo Hub repo made by ``cl-zoo publish
+--release``), the converted folder comes from there instead, through
+:func:`cl_zoo.checkpoint.hub.download_folder`, and only after every weights file matches the sha256
+recorded in the registry (the mirror's own config is not trusted for that). When no source works,
+the error is one line naming every source tried, the mirror included, and why it failed.
 
 Published links are stored verbatim; :func:`direct_url` is the only place where one is turned into
 a direct-download address (documented per host below).
@@ -18,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import tempfile
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -145,8 +150,8 @@ def _fetch_url(source: Any, dest: Path) -> Path:
     return dest
 
 
-def fetch_release_file(release: Any) -> tuple[Path, Any]:
-    """The first source that yields a file passing its checksum: (local path, source)."""
+def _first_file(release: Any) -> tuple[tuple[Path, Any] | None, list[str], bool]:
+    """Try the publisher's sources in order: ((path, source) or None, failures, any integrity failure)."""
     failures: list[str] = []
     integrity = False
     for source in release.sources:
@@ -157,33 +162,107 @@ def fetch_release_file(release: Any) -> tuple[Path, Any]:
             else:
                 path = _fetch_url(source, cache_root() / "downloads" / release.filename)
                 _verify(path, source, quarantine=True)
-            return path, source
+            return (path, source), failures, integrity
         except ClZooError as exc:
             integrity = integrity or isinstance(exc, CheckpointError)
             failures.append(f"{source.describe()} ({exc})")
-    message = "no source could be used; tried " + "; ".join(
-        f"{i}) {text}" for i, text in enumerate(failures, 1))
-    raise (CheckpointError if integrity else HubError)(message)
+    return None, failures, integrity
 
 
-def load_release(entry: Any) -> nn.Module:
-    """A registered release as a zoo model: cached folder, or fetched, verified and converted once."""
-    from cl_zoo.checkpoint import CONFIG_NAME, load_folder
+def _no_source(failures: list[str], integrity: bool) -> ClZooError:
+    message = "no source could be used; tried " + "; ".join(f"{i}) {text}" for i, text in enumerate(failures, 1))
+    # A source that answered with wrong bytes is an integrity problem, not an availability one.
+    return (CheckpointError if integrity else HubError)(message)
+
+
+def fetch_release_file(release: Any) -> tuple[Path, Any]:
+    """The first source that yields a file passing its checksum: (local path, source)."""
+    found, failures, integrity = _first_file(release)
+    if found is None:
+        raise _no_source(failures, integrity)
+    return found
+
+
+def _copy_from_mirror(name: str, mirror: Any, folder: Path) -> None:
+    """Download ``mirror``, check it against its registry pins, and install it as the cache folder.
+
+    Every weights file in the repo must be pinned and match (an unpinned extra shard would be
+    weights nobody vouched for), and the repo must say it mirrors this release. The copy then
+    sits where a conversion would have put it, so later loads neither retry dead publisher links
+    nor need the network.
+    """
+    from cl_zoo.checkpoint.folder import CARD_NAME, CONFIG_NAME, INDEX_NAME, load_folder, read_config, weight_files
+    from cl_zoo.checkpoint.hub import download_folder
+
+    snapshot = download_folder(mirror.repo_id)
+    pins = dict(mirror.sha256)
+    present = set(weight_files(snapshot))
+    if present != set(pins):
+        raise CheckpointError(f"its weights files ({', '.join(sorted(present)) or 'none'}) are not the pinned "
+                              f"ones ({', '.join(sorted(pins))})")
+    load_folder(snapshot, sha256=pins, model_name=name)  # every pin verified, shapes and values checked
+    config = read_config(snapshot)
+    info = config.get("mirror")
+    mirrored = info.get("release") if isinstance(info, dict) else None
+    if mirrored != name:
+        raise CheckpointError(f"its config.json says it mirrors {mirrored!r}, not {name!r}")
+    if any((config.get("files") or {}).get(k) != v for k, v in pins.items()):
+        raise CheckpointError("its config.json records other sha256 digests than the registry's pins")
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.mirror-", dir=folder.parent))
+    try:
+        for member in [CONFIG_NAME, CARD_NAME, INDEX_NAME, *present]:
+            if (snapshot / member).is_file():
+                shutil.copyfile(snapshot / member, staging / member)  # the HF cache holds symlinks to blobs
+        if folder.exists():
+            shutil.rmtree(folder)
+        os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def release_folder(name: str, arch: str | None = None, *, mirror: bool = True) -> Path:
+    """The cached zoo folder of release ``name``: fetched, verified and converted once.
+
+    ``mirror=False`` uses the publisher's sources only (building a mirror from a mirror would
+    launder it); a folder already cached is returned either way, since it passed its checks.
+    """
+    from cl_zoo.checkpoint import CONFIG_NAME
     from cl_zoo.convert.readers import import_checkpoint
-    from cl_zoo.models.releases import RELEASES
+    from cl_zoo.models.releases import MIRRORS, RELEASES
 
-    release = RELEASES.get(entry.name)
+    release = RELEASES.get(name)
     if release is None:
-        raise HubError(f"{entry.name} has no published release to fetch")
-    folder = cache_root() / entry.name
+        raise HubError(f"{name} has no published release to fetch")
+    folder = cache_root() / name
     folder.parent.mkdir(parents=True, exist_ok=True)
     # One process downloads, verifies and converts; another asking at the same time waits on the
     # lock (a file beside the cache entry), then finds the finished folder.
     with file_lock(folder.with_name(f".{folder.name}.lock")):
-        if not (folder / CONFIG_NAME).is_file():
-            raw, source = fetch_release_file(release)
-            import_checkpoint(release.format, raw, folder, arch=entry.arch, origin=source.describe(),
-                              release_name=entry.name)
+        if (folder / CONFIG_NAME).is_file():
+            return folder
+        found, failures, integrity = _first_file(release)
+        if found is not None:
+            raw, source = found
+            import_checkpoint(release.format, raw, folder, arch=arch or release.arch, origin=source.describe(),
+                              release_name=name)
+            return folder
+        pinned = MIRRORS.get(name) if mirror else None
+        if pinned is not None:
+            try:
+                _copy_from_mirror(name, pinned, folder)
+                return folder
+            except ClZooError as exc:
+                integrity = integrity or isinstance(exc, CheckpointError)
+                failures.append(f"{pinned.describe()} ({' '.join(str(exc).split())})")
+        raise _no_source(failures, integrity)
+
+
+def load_release(entry: Any) -> nn.Module:
+    """A registered release as a zoo model: cached folder, or fetched (publisher first, then its
+    mirror), verified and converted once."""
+    from cl_zoo.checkpoint import load_folder
+
+    folder = release_folder(entry.name, entry.arch)
     model = load_folder(folder, model_name=entry.name)
     model.checkpoint_source = str(folder)
     return model

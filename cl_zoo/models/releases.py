@@ -16,13 +16,22 @@ layout (:mod:`cl_zoo.convert.readers`) and caches the zoo folder under
 
 Reported numbers are the publisher's (paper table or release page), stored as fractions like every
 metric in the zoo; they describe the released file and are not re-measured here.
+
+Mirrors. Publishers' links rot (Dropbox folders, Drive files, personal pages), so a release whose
+licence allows it can be copied, converted, to a zoo Hub repo with ``cl-zoo publish --release``.
+Whether a licence allows that is data, not a guess: :data:`REDISTRIBUTION` maps the licence id
+each release is registered with (its ``licence_quote`` / ``licence_page`` say where it was read)
+to a decision and its reason; a licence not in the table is refused. Once a mirror exists, its
+repo id and the sha256 of each weights file go in :data:`MIRRORS`, and
+:func:`cl_zoo.convert.sources.load_release` tries it after the publisher's own sources.
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Mapping, Union
 
 from cl_zoo.registry import PretrainedCfg, register_pretrained
 
@@ -81,13 +90,76 @@ class Release:
     reported_source: str = ""
     reported_quote: str = ""
     citation: str | None = None  # overrides the card's citation (MoCo v1)
+    # The licence id the release is registered with (set by _register from its ``license``), read
+    # from licence_page / licence_quote; the key of REDISTRIBUTION.
+    licence: str = ""
 
     @property
     def by_authors(self) -> bool:
         return self.trained_by.startswith("the paper's authors")
 
+    @property
+    def redistribution(self) -> "Redistribution":
+        """Whether cl-zoo may publish a copy of this release (a mirror), and why; unknown licences: no."""
+        return REDISTRIBUTION.get(self.licence) or Redistribution(
+            False, f"cl-zoo has no redistribution terms recorded for the licence id {self.licence or '(none)'!r}; "
+                   "read the licence and add it to REDISTRIBUTION in cl_zoo/models/releases.py")
+
+
+@dataclass(frozen=True)
+class Redistribution:
+    """May a copy of the weights be published, and the reason (said on the mirror's card or in the refusal)."""
+
+    allowed: bool
+    terms: str
+
+
+# Keyed by the licence ids used in this file. "other" is what a release without a licence statement
+# is registered with (JCL: no statement, no LICENSE file): copyright law then reserves every right,
+# so nobody but the rights holder may redistribute. CC-BY-NC is allowed because a mirror is a free,
+# non-commercial copy with attribution; the NC terms travel with it on its card, and anyone using
+# the mirror is bound by them exactly as with the original.
+REDISTRIBUTION: dict[str, Redistribution] = {
+    "mit": Redistribution(True, "the MIT licence permits copying and redistribution provided the copyright and "
+                                "permission notice are kept with the copies (quoted on this card)"),
+    "bsd-2-clause": Redistribution(True, "the BSD 2-Clause licence permits redistribution provided the copyright "
+                                         "notice, the two conditions and the disclaimer are retained"),
+    "bsd-3-clause": Redistribution(True, "the BSD 3-Clause licence permits redistribution provided the copyright "
+                                         "notice, the conditions and the disclaimer are retained and the authors' "
+                                         "names are not used to endorse it"),
+    "apache-2.0": Redistribution(True, "the Apache License 2.0 permits redistribution with the licence and any "
+                                       "NOTICE kept and modifications stated"),
+    "cc-by-4.0": Redistribution(True, "CC BY 4.0 permits sharing and adapting for any purpose with attribution, "
+                                      "a link to the licence and an indication of changes"),
+    "cc-by-nc-4.0": Redistribution(True, "CC BY-NC 4.0 permits sharing and adapting with attribution, a link to "
+                                         "the licence and an indication of changes, for NON-COMMERCIAL purposes "
+                                         "only: this mirror is a free non-commercial copy, and any use of it is "
+                                         "bound by the same NonCommercial terms "
+                                         "(https://creativecommons.org/licenses/by-nc/4.0/)"),
+    "other": Redistribution(False, "no licence is stated, so all rights are reserved by the rights holder and "
+                                   "copies may not be redistributed without their permission"),
+}
+
+
+@dataclass(frozen=True)
+class Mirror:
+    """A zoo Hub repo holding a converted copy of a release (``cl-zoo publish --release``).
+
+    Pinned by the sha256 of each weights file, as ``publish --release`` prints them, never by a
+    revision: the pins say which bytes are acceptable, wherever the repo's history goes.
+    """
+
+    repo_id: str
+    sha256: Mapping[str, str]  # weights file name -> sha256
+
+    def describe(self) -> str:
+        return f"mirror hf-hub:{self.repo_id}"
+
 
 RELEASES: dict[str, Release] = {}
+# Release name -> its published mirror. Empty until a mirror is actually published: an entry naming
+# a repo that does not exist would send every user to a dead source.
+MIRRORS: dict[str, Mirror] = {}
 
 
 def _register(release: Release, *, method: str, paper: str, epochs: int, license: str, notes: str,
@@ -113,7 +185,7 @@ def _register(release: Release, *, method: str, paper: str, epochs: int, license
         metrics=dict(release.reported),
         notes=f"Trained by {release.trained_by}. {notes}",
     )
-    RELEASES[release.name] = release
+    RELEASES[release.name] = dataclasses.replace(release, licence=license)
     register_pretrained(release.name, release.arch, cfg)
 
 
