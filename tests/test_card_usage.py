@@ -75,23 +75,31 @@ def test_publish_points_the_card_at_the_repo_and_runs_it(saved: tuple[Path, torc
 
 
 def test_publish_refuses_a_card_whose_snippet_fails(saved: tuple[Path, torch.nn.Module], capsys) -> None:
+    """An edited How to load is refused without running it; --run-card-code runs it (and catches it failing)."""
     folder, _ = saved
     card = folder / CARD_NAME
     text = card.read_text(encoding="utf-8")
     # The pre-fix card: `images` is never defined, so the snippet raises NameError.
     card.write_text(text.replace("images = torch.rand", "pixels = torch.rand"), encoding="utf-8")
-    with pytest.raises(CheckpointError, match="usage snippet fails .*NameError: name 'images' is not defined"):
+    with pytest.raises(CheckpointError, match="not the one cl-zoo generates from config.json"):
         card_for_repo(folder, "alice/tiny")
-    code = main(["publish", str(folder), "--repo-id", "alice/tiny", "--dry-run"])
+    with pytest.raises(CheckpointError, match="usage snippet fails .*NameError: name 'images' is not defined"):
+        card_for_repo(folder, "alice/tiny", run_card_code=True)
+    code = main(["publish", str(folder), "--repo-id", "alice/tiny", "--dry-run", "--run-card-code"])
     out, err = capsys.readouterr()
-    assert code == 2 and out == "" and err.startswith("error: ") and err.count("\n") == 1 and "NameError" in err
+    assert code == 2 and "pixels = torch.rand" in out  # the code is shown before it runs
+    assert err.startswith("error: ") and err.count("\n") == 1 and "NameError" in err
     # A card whose snippet loads something else than what is uploaded is refused too.
     card.write_text(text.replace(str(folder.resolve()), "resnet18_cifar"), encoding="utf-8")
+    with pytest.raises(CheckpointError, match="not the one cl-zoo generates"):
+        card_for_repo(folder, "alice/tiny")
     with pytest.raises(CheckpointError, match="does not load hf-hub:alice/tiny"):
-        card_for_repo(folder, "alice/tiny")
+        card_for_repo(folder, "alice/tiny", run_card_code=True)
     card.write_text(text.split("## How to load")[0], encoding="utf-8")
-    with pytest.raises(CheckpointError, match="no Python usage block"):
+    with pytest.raises(CheckpointError, match="has no '## How to load' section"):
         card_for_repo(folder, "alice/tiny")
+    with pytest.raises(CheckpointError, match="no Python usage block"):
+        card_for_repo(folder, "alice/tiny", run_card_code=True)
 
 
 def test_fine_tuned_copy_of_a_registered_model_is_not_carded_as_it(tmp_path: Path, monkeypatch) -> None:
@@ -113,14 +121,16 @@ def test_publish_runs_only_the_cl_zoo_block_and_points_timm_at_the_repo(tmp_path
     card = folder / CARD_NAME
     text = card.read_text(encoding="utf-8")
     assert f"'local-dir:{folder.resolve()}'" in text
-    # A timm block that could not run (timm missing) does not stop publish.
-    card.write_text(text.replace("import timm\n", "import timm_is_not_installed\n"), encoding="utf-8")
+    # The generated card publishes without timm; the timm block points at the repo.
     published = card_for_repo(folder, "alice/r18")
     assert "timm.create_model('hf-hub:alice/r18', pretrained=True)" in published and "local-dir:" not in published
     assert usage_blocks(published) == [b for b in usage_blocks(published, every=True) if "import cl_zoo" in b]
+    # With --run-card-code, a timm block that could not run (timm missing) does not stop publish.
+    card.write_text(text.replace("import timm\n", "import timm_is_not_installed\n"), encoding="utf-8")
+    assert "hf-hub:alice/r18" in card_for_repo(folder, "alice/r18", run_card_code=True)
     # A card whose only Python block is timm's has no usage snippet publish can check.
     timm_only = "\n".join(line for line in text.splitlines() if line != "import cl_zoo")
     card.write_text(timm_only, encoding="utf-8")
     with pytest.raises(CheckpointError, match="no Python usage block that imports cl_zoo"):
-        card_for_repo(folder, "alice/r18")
+        card_for_repo(folder, "alice/r18", run_card_code=True)
     assert retarget(f"'local-dir:{folder.resolve()}'", folder, "/elsewhere") == "'local-dir:/elsewhere'"

@@ -257,6 +257,59 @@ def front_matter(config: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
+# ------------------------------------------------------------------------------------- escaping
+# Values that reach a card from a file (a checkpoint's keys and names, a dataset's folder name, a
+# config's notes) are somebody else's text. In Markdown a line break is all it takes to open a
+# heading (a new "## How to load" section, which `cl-zoo publish` would read as the usage block) or
+# a code fence that swallows the rest of the card, so every such value is made one line first.
+_LINE_BREAKS = re.compile(r"[\r\n\u0085\u2028\u2029\x0b\x0c]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f\x7f\x1b]")
+
+
+def inline_text(value: object, limit: int = 300) -> str:
+    """``value`` as plain text that stays on one line of Markdown: line breaks become spaces,
+    control characters (terminal escapes) go, HTML cannot open a tag or a comment, and a table
+    cell cannot be split. Truncated to ``limit`` characters."""
+    text = _CONTROL.sub("", _LINE_BREAKS.sub(" ", str(value)))
+    text = text.replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def inline_code(value: object, limit: int = 300) -> str:
+    """``value`` as one Markdown code span: one line, delimited by more backticks than it holds, so
+    nothing in it is interpreted. Truncated to ``limit`` characters."""
+    text = _CONTROL.sub("", _LINE_BREAKS.sub(" ", str(value)))
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    ticks = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}"
+
+
+def code_block(text: str, language: str = "") -> str:
+    """``text`` in a fenced block whose fence is longer than any backtick run inside it, so no
+    line of ``text`` can close it early."""
+    longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{text}\n{fence}"
+
+
+def contained_section(body: str) -> str:
+    """A section body passed in by whoever wrote the folder, unable to leave its section: lines
+    that would be headings outside code fences are escaped, and a fence left open is closed."""
+    from cl_zoo.checkpoint.usage import FenceTracker
+
+    out: list[str] = []
+    fences = FenceTracker()
+    for line in _CONTROL.sub("", body.replace("\r\n", "\n").replace("\r", "\n")).split("\n"):
+        line = _LINE_BREAKS.sub(" ", line)
+        if fences.feed(line) == "outside" and line.lstrip(" ").startswith("#"):
+            line = "\\" + line.lstrip(" ")
+        out.append(line)
+    if fences.fence is not None:
+        out.append(fences.fence)
+    return "\n".join(out)
+
+
 def registered_name_of(config: Mapping[str, Any]) -> str | None:
     """The registered pretrained name whose pinned weights are exactly this folder's, else None.
 
@@ -347,14 +400,13 @@ def how_to_load(config: Mapping[str, Any], source: str, folder: str | os.PathLik
         f"{load}\n"
         f"images = torch.rand(2, {size[0]}, {size[1]}, {size[2]})  # stand-in for a batch preprocessed as below\n"
         "with torch.no_grad():\n"
-        f"    features = model(images)  # [2, {config.get('num_features')}] pooled features\n```"
+        f"    features = model(images)  # [2, {inline_text(config.get('num_features'), 20)}] pooled features\n```"
     )
     return (
         f"{python}\n\n"
         f"{_timm_text(config, source, folder, size)}\n\n"
-        "```bash\n"
-        f"cl-zoo embed images/ --model {shlex.quote(source)} --out out/embeddings.npy\n```\n\n"
-        f"From a cl-zoo checkout with torch.hub: `{hub_call}`.\n\n"
+        + code_block(f"cl-zoo embed images/ --model {shlex.quote(source)} --out out/embeddings.npy", "bash") + "\n\n"
+        f"From a cl-zoo checkout with torch.hub: {inline_code(hub_call, 600)}.\n\n"
         f"Preprocessing: resize the shorter side to {int(round(size[-1] / (cfg.get('crop_pct') or 1.0)))} "
         f"({cfg.get('interpolation') or 'bilinear'}), centre-crop {size[-2]}x{size[-1]}, normalise with mean "
         f"{list(cfg.get('mean') or [])} and std {list(cfg.get('std') or [])}."
@@ -368,15 +420,16 @@ def training_data_text(config: Mapping[str, Any]) -> tuple[str, str]:
     if not data.get("images"):
         return (f" on {cfg['dataset']}" if cfg.get("dataset") else ""), ""
     source, split, named = str(data.get("source")), data.get("split"), data.get("dataset")
+    split = inline_text(split, 40) if split else split
     if source.lower() == str(named).lower():  # a named dataset: "50,000 images of cifar10 train"
-        what = f"{named}{' ' + split if split else ''}"
+        what = f"{inline_text(named, 100)}{' ' + split if split else ''}"
     else:
-        notes = [f"{split} split" if split else "", f"its recipe names it {named}" if named else ""]
-        what = f"`{source}`" + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else "")
-    phrase = f" on {data['images']:,} images of {what}"
+        notes = [f"{split} split" if split else "", f"its recipe names it {inline_text(named, 100)}" if named else ""]
+        what = inline_code(source, 200) + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else "")
+    phrase = f" on {int(data['images']):,} images of {what}"
     held = int(data["images"]) - int(data.get("trained_images") or data["images"])
     sentence = (
-        f"Training data fingerprint: `{data.get('fingerprint')}` (sha256 over the images' relative paths and sizes)"
+        f"Training data fingerprint: {inline_code(data.get('fingerprint'), 100)} (sha256 over the images' relative paths and sizes)"
         + (f"; {held:,} of the images were held out for the kNN monitor" if held > 0 else "")
         + ("" if data.get("labeled", True) else "; the images had no labels")
         + "."
@@ -407,38 +460,41 @@ def render_card(
     data_phrase, data_sentence = training_data_text(config)
 
     body: dict[str, str] = {}
+    num_params = config.get("num_params", 0)
+    num_params = num_params if isinstance(num_params, (int, float)) and not isinstance(num_params, bool) else 0
+    epochs = cfg.get("epochs")
     body["Description"] = (
-        f"`{name}` is a `{config.get('architecture')}` backbone ({config.get('num_params', 0) / 1e6:.2f}M parameters, "
-        f"{config.get('num_features')}-d pooled features)"
-        + (f" pretrained with **{method.upper()}**" if method else "")
+        f"{inline_code(name)} is a {inline_code(config.get('architecture'))} backbone ({num_params / 1e6:.2f}M parameters, "
+        f"{inline_text(config.get('num_features'), 20)}-d pooled features)"
+        + (f" pretrained with **{inline_text(method.upper(), 40)}**" if method else "")
         + (f" ({paper})" if paper else "")
-        + (f" for {cfg['epochs']} epoch{'s' if cfg['epochs'] != 1 else ''}" if cfg.get("epochs") else "")
+        + (f" for {inline_text(epochs, 20)} epoch{'s' if epochs != 1 else ''}" if epochs else "")
         + data_phrase
         + ". It is a feature extractor: the projection head and momentum encoder used in pretraining are not included."
         + (f"\n\n{data_sentence}" if data_sentence else "")
-        + (f"\n\n{cfg['notes']}" if cfg.get("notes") else "")
+        + (f"\n\n{inline_text(cfg['notes'], 4000)}" if cfg.get("notes") else "")
     )
     body["How to load"] = how_to_load(config, source, folder)
     if recipe:
-        body["Training recipe"] = "```yaml\n" + yaml.safe_dump(dict(recipe), sort_keys=True).rstrip() + "\n```"
+        body["Training recipe"] = code_block(yaml.safe_dump(dict(recipe), sort_keys=True).rstrip(), "yaml")
     else:
         body["Training recipe"] = "Not recorded for this checkpoint."
     if metrics:
         rows = []
         for key, value in sorted(metrics.items()):
             info = describe_metric(key, config)
-            shown = f"{value:.4g}" if isinstance(value, (int, float)) else str(value)
-            rows.append(f"| {key} | {shown} | {info.name if info else ''} |")
+            shown = f"{value:.4g}" if isinstance(value, (int, float)) else inline_text(value, 40)
+            rows.append(f"| {inline_text(key, 120)} | {shown} | {inline_text(info.name) if info else ''} |")
         body["Evaluation"] = "| metric | value | measured as |\n|---|---|---|\n" + "\n".join(rows)
     else:
         body["Evaluation"] = "No evaluation recorded yet (`cl-zoo knn` / `cl-zoo linear-eval`, then `cl-zoo card-update`)."
-    body["Citation"] = f"```bibtex\n{bibtex}\n```" if bibtex else "Cite cl-zoo and the method's paper."
+    body["Citation"] = code_block(bibtex, "bibtex") if bibtex else "Cite cl-zoo and the method's paper."
     for key, text in sections.items():
-        body[key] = text
+        body[inline_text(key, 100)] = contained_section(text)
 
     order = [k for k in GENERATED_SECTIONS if k != "Citation"]
     order += [k for k in body if k not in order and k != "Citation"] + ["Citation"]
-    parts = ["---", yaml.safe_dump(front_matter(config), sort_keys=False).rstrip(), "---", "", f"# {name}", ""]
+    parts = ["---", yaml.safe_dump(front_matter(config), sort_keys=False).rstrip(), "---", "", f"# {inline_text(name, 200)}", ""]
     for key in order:
         parts += [f"## {key}", "", body[key].rstrip(), ""]
     return "\n".join(parts)
@@ -463,13 +519,13 @@ def extra_sections(text: str) -> dict[str, str]:
     Re-rendering a card (after new metrics, or for a float16 copy) must keep them, or a card would
     silently lose its training log and curve. ``## `` lines inside code fences are not headings.
     """
+    from cl_zoo.checkpoint.usage import FenceTracker
+
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
-    fenced = False
+    fences = FenceTracker()
     for line in text.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        if not fenced and line.startswith("## "):
+        if fences.feed(line) == "outside" and line.startswith("## "):
             title = line[3:].strip()
             current = None if title in GENERATED_SECTIONS else sections.setdefault(title, [])
             continue

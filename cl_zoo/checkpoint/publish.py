@@ -102,25 +102,58 @@ def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
     )
 
 
-def card_for_repo(folder: str | os.PathLike[str], repo_id: str) -> str:
-    """The folder's card with its load calls naming ``hf-hub:<repo_id>``, after checking that its
-    usage snippet runs against the folder (CheckpointError, one line, when it does not)."""
-    from cl_zoo.checkpoint.card import registered_name_of
-    from cl_zoo.checkpoint.usage import check_usage, retarget, usage_blocks
+def card_for_repo(
+    folder: str | os.PathLike[str],
+    repo_id: str,
+    *,
+    run_card_code: bool = False,
+    echo: Callable[[str], None] | None = None,
+) -> str:
+    """The folder's card with its load calls naming ``hf-hub:<repo_id>``, checked without running it.
+
+    Its "How to load" section must be the one cl-zoo generates from config.json for what is
+    uploaded (the repo itself, or the registered name pinning these weights), and cl-zoo's own
+    generated snippet must load the folder. The card's text is never executed unless
+    ``run_card_code``: then ``echo`` shows its code first and it runs with no credentials, offline.
+    One CheckpointError line for any failure.
+    """
+    from cl_zoo.checkpoint.card import how_to_load, registered_name_of
     from cl_zoo.checkpoint.folder import read_config
+    from cl_zoo.checkpoint.usage import USAGE_SECTION, check_usage, retarget, section_text, usage_blocks
 
     folder = Path(folder)
     card = folder / CARD_NAME
     text = retarget(card.read_text(encoding="utf-8"), folder, f"hf-hub:{repo_id}")
-    # The snippet must load what is uploaded: the repo itself, or the registered name pinning these weights.
-    names = [f"hf-hub:{repo_id}"] + [n for n in [registered_name_of(read_config(folder))] if n]
-    blocks = usage_blocks(text)  # none: check_usage says so
-    if blocks and not any(name in block for block in blocks for name in names):
+    config = read_config(folder)
+    names = [n for n in [registered_name_of(config)] if n] + [f"hf-hub:{repo_id}"]
+    if run_card_code:
+        blocks = usage_blocks(text)
+        if echo is not None:
+            echo(f"running the card's own code ({card}, '## {USAGE_SECTION}'), offline and without credentials:")
+            for block in blocks:
+                echo("    " + block.replace("\n", "\n    "))
+        if blocks and not any(name in block for block in blocks for name in names):
+            raise CheckpointError(
+                f"{card}: the usage snippet under '## {USAGE_SECTION}' does not load {' or '.join(names)}; "
+                "write the call that loads this checkpoint there"
+            )
+        check_usage(text, folder, repo_id=repo_id)
+        return text
+    section = section_text(card.read_text(encoding="utf-8"))
+    if section is None:
+        raise CheckpointError(f"{card} has no '## {USAGE_SECTION}' section; a card must say how to load it")
+    # What save_pretrained wrote (the folder's path), or a card already naming the repo or the registered name.
+    local = [str(folder.resolve()), os.path.abspath(folder)]
+    matching = [name for name in dict.fromkeys(local + names) if how_to_load(config, name, folder).strip() == section]
+    if not matching:
         raise CheckpointError(
-            f"{card}: the usage snippet under '## How to load' does not load {' or '.join(names)}; "
-            "write the call that loads this checkpoint there"
+            f"{card}: its '## {USAGE_SECTION}' section is not the one cl-zoo generates from config.json "
+            f"(loading {' or '.join(names)}); cl-zoo does not run a card's own code: re-render the card "
+            "(cl_zoo.save_pretrained or cl-zoo card-update), or review it and pass --run-card-code"
         )
-    check_usage(text, folder, repo_id=repo_id)
+    # cl-zoo's own snippet, built from config.json, not the folder's text.
+    check_usage(f"## {USAGE_SECTION}\n\n{how_to_load(config, names[0], folder)}\n", folder, repo_id=repo_id,
+                card_name=f"{CARD_NAME} (cl-zoo's generated snippet)")
     return text
 
 
@@ -166,6 +199,8 @@ def publish_folder(
     token: str | None = None,
     commit_message: str | None = None,
     delete_stale: bool = False,
+    run_card_code: bool = False,
+    echo: Callable[[str], None] | None = None,
 ) -> PublishResult:
     """Validate ``folder`` and upload it to ``repo_id`` (created if needed).
 
@@ -182,7 +217,7 @@ def publish_folder(
     report = validate_folder(folder)
     settings = hub_settings()
     token = _write_token(settings, token)
-    card = card_for_repo(report.folder, repo_id)
+    card = card_for_repo(report.folder, repo_id, run_card_code=run_card_code, echo=echo)
     message = commit_message or f"Upload {report.model_name or report.architecture} with cl-zoo"
     return _push(_api(settings, token), report.folder, repo_id, card, private=private, revision=revision,
                  create_pr=create_pr, message=message, delete_stale=delete_stale)
@@ -359,7 +394,8 @@ def _naming(exc: ClZooError, folder: Path, repo_id: str) -> ClZooError:
         return ClZooError(message)
 
 
-def plan_folder(folder: Path, repo_id: str, api: Any | None, *, dry_run: bool) -> Plan:
+def plan_folder(folder: Path, repo_id: str, api: Any | None, *, dry_run: bool, run_card_code: bool = False,
+                echo: Callable[[str], None] | None = None) -> Plan:
     """Validate ``folder`` for ``repo_id`` and compare it with the repo (``api`` None: offline).
 
     The card's usage snippet (a subprocess, seconds) runs when the folder will be uploaded, or
@@ -392,7 +428,7 @@ def plan_folder(folder: Path, repo_id: str, api: Any | None, *, dry_run: bool) -
             plan.remote_commit, plan.new_repo = commit, commit is None
             plan.changes = differences(plan.files, remote)
     if dry_run or not plan.unchanged:
-        checked = card_for_repo(report.folder, repo_id)  # the same retargeted text, after running its snippet
+        checked = card_for_repo(report.folder, repo_id, run_card_code=run_card_code, echo=echo)
         if checked != plan.card:  # never expected; keep the digests true to what is uploaded
             plan.card, plan.files = checked, local_files(report.folder, checked)
     return plan
@@ -429,6 +465,7 @@ def sync_folders(
     commit_message: str | None = None,
     token: str | None = None,
     echo: Callable[[str], None] = print,
+    run_card_code: bool = False,
 ) -> list[SyncResult]:
     """Publish each (folder, repo id), skipping repos that already hold exactly those files.
 
@@ -451,7 +488,7 @@ def sync_folders(
     plans: list[Plan] = []
     for folder, repo_id in items:
         try:
-            plans.append(plan_folder(Path(folder), repo_id, api, dry_run=dry_run))
+            plans.append(plan_folder(Path(folder), repo_id, api, dry_run=dry_run, run_card_code=run_card_code, echo=echo))
         except ClZooError as exc:
             raise _naming(exc, Path(folder), repo_id) from exc
     results: list[SyncResult] = []

@@ -1,11 +1,15 @@
-"""A model card's usage snippet, checked by running it against the folder the card describes.
+"""A model card's usage snippet, checked against the folder the card describes.
 
 A card whose "How to load" call fails is worse than no card: it is the first thing a user copies.
-``cl-zoo publish`` therefore points the card's load calls at the Hub repo it uploads to and, before
-anything leaves the machine, runs the card's cl-zoo Python usage block(s) in a fresh interpreter
-with that repo id replaced by the local folder (same bytes as the upload), offline, with a time
-limit. Only the blocks that import cl_zoo run: a card may also show how timm loads the folder, and
-timm is an optional extra that publishing must not need.
+But a card is text from whoever wrote the folder, and running it would run their code with the
+publisher's environment (tokens included). So ``cl-zoo publish`` never executes a card's text by
+default: it rebuilds the "How to load" section cl-zoo generates from config.json, requires the
+card's section to be exactly that (:func:`section_text`), and runs cl-zoo's *own* generated snippet
+against the folder (same bytes as the upload), offline, in a fresh interpreter with a time limit.
+Running the card's own code is an opt-in (``--run-card-code``) that shows the code first and runs
+it with a scrubbed environment (:func:`scrubbed_env`: no tokens, no saved Hub login, offline).
+Only blocks that import cl_zoo run: a card also shows how timm loads the folder, and timm is an
+optional extra that publishing must not need.
 """
 
 from __future__ import annotations
@@ -22,14 +26,38 @@ USAGE_SECTION = "How to load"
 SNIPPET_TIMEOUT_S = 300.0  # importing torch and loading a ResNet-50 on a busy 2-core machine
 
 
+_FENCE_LINE = re.compile(r"^ {0,3}(`{3,}|~{3,})(.*)$")
+
+
+class FenceTracker:
+    """CommonMark's code fences, line by line: a fence opens with 3+ backticks (whose info string
+    holds no backtick) or tildes, and closes with at least as many of the same character and
+    nothing else. A line that merely starts with a code span (```` ``x`` ````) opens nothing."""
+
+    def __init__(self) -> None:
+        self.fence: str | None = None
+        self.info = ""
+
+    def feed(self, line: str) -> str:
+        """``"open"``, ``"close"``, ``"inside"`` or ``"outside"`` for this line."""
+        match = _FENCE_LINE.match(line)
+        if self.fence is None:
+            if match and not (match.group(1)[0] == "`" and "`" in match.group(2)):
+                self.fence, self.info = match.group(1), match.group(2).strip()
+                return "open"
+            return "outside"
+        if match and match.group(1)[0] == self.fence[0] and len(match.group(1)) >= len(self.fence) and not match.group(2).strip():
+            self.fence = None
+            return "close"
+        return "inside"
+
+
 def _sections(text: str) -> list[tuple[str | None, list[str]]]:
     """``(title, lines)`` per ``## `` section (``None`` for what precedes the first); fences respected."""
     out: list[tuple[str | None, list[str]]] = [(None, [])]
-    fenced = False
+    fences = FenceTracker()
     for line in text.splitlines():
-        if line.startswith("```"):
-            fenced = not fenced
-        if not fenced and line.startswith("## "):
+        if fences.feed(line) == "outside" and line.startswith("## "):
             out.append((line[3:].strip(), [line]))
             continue
         out[-1][1].append(line)
@@ -48,6 +76,27 @@ def uses_cl_zoo(block: str) -> bool:
     return _CL_ZOO_IMPORT.search(block) is not None
 
 
+def section_text(text: str, title: str = USAGE_SECTION) -> str | None:
+    """The body of the card's first ``## title`` section (fences respected), or None without one."""
+    for name, lines in _sections(text):
+        if name == title:
+            return "\n".join(lines[1:]).strip()
+    return None
+
+
+# Environment variables a card's code must not see: credentials of the Hub and of anything else.
+_SECRET_WORDS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY", "ACCESS_KEY", "PRIVATE_KEY", "AUTH")
+
+
+def scrubbed_env(home: str | os.PathLike[str]) -> dict[str, str]:
+    """The environment for code cl-zoo runs on a user's behalf: no credentials, offline, and a Hub
+    token path that does not exist (``huggingface_hub`` would otherwise read the saved login)."""
+    env = {k: v for k, v in os.environ.items() if not any(word in k.upper() for word in _SECRET_WORDS)}
+    env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", HF_TOKEN_PATH=str(Path(home) / "no-token"),
+               HF_HUB_DISABLE_IMPLICIT_TOKEN="1")
+    return env
+
+
 def usage_blocks(text: str, *, every: bool = False) -> list[str]:
     """The ```python blocks of the card's "How to load" section that import cl_zoo, in order.
 
@@ -59,14 +108,15 @@ def usage_blocks(text: str, *, every: bool = False) -> list[str]:
         if title != USAGE_SECTION:
             continue
         current: list[str] | None = None
+        fences = FenceTracker()
         for line in lines:
-            stripped = line.strip()
-            if current is None and stripped.startswith("```") and stripped[3:].strip().lower() in ("python", "py"):
+            state = fences.feed(line)
+            if state == "open" and fences.info.lower() in ("python", "py"):
                 current = []
-            elif current is not None and stripped.startswith("```"):
+            elif state == "close" and current is not None:
                 blocks.append("\n".join(current))
                 current = None
-            elif current is not None:
+            elif state == "inside" and current is not None:
                 current.append(line)
     return blocks if every else [b for b in blocks if uses_cl_zoo(b)]
 
@@ -121,10 +171,10 @@ def check_usage(text: str, folder: str | os.PathLike[str], *, repo_id: str | Non
             "a card must say how cl-zoo loads it"
         )
     code = "\n\n".join(_local_code(b, folder, repo_id) for b in blocks)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
-    package_parent = str(Path(__file__).resolve().parents[1])  # the cl_zoo being used, installed or not
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     with tempfile.TemporaryDirectory(prefix="cl-zoo-card-") as cwd:
+        env = scrubbed_env(cwd)
+        package_parent = str(Path(__file__).resolve().parents[1])  # the cl_zoo being used, installed or not
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
         try:
             done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
                                   text=True, timeout=timeout)

@@ -34,6 +34,9 @@ def _pins_line(name: str, repo_id: str, pins: dict[str, str]) -> str:
 @click.option("--create-pr", is_flag=True, help="Open a pull request against main instead of committing to it; FOLDER only.")
 @click.option("--message", "commit_message", default=None, help="Commit message.")
 @click.option("--dry-run", is_flag=True, help="Only validate (and compare with the Hub when reachable); upload nothing.")
+@click.option("--run-card-code", is_flag=True,
+              help="Run the card's own 'How to load' code (shown first; offline, without credentials) instead of "
+                   "requiring the section cl-zoo generates from config.json.")
 def publish_command(
     folder: Path | None,
     all_: bool,
@@ -47,6 +50,7 @@ def publish_command(
     create_pr: bool,
     commit_message: str | None,
     dry_run: bool,
+    run_card_code: bool,
 ) -> None:
     """Validate FOLDER (config, weights, card) and upload it to the Hub; or every zoo folder
     (--all); or a mirror of a third-party release (--release NAME).
@@ -74,7 +78,8 @@ def publish_command(
 
     from cl_zoo.checkpoint import publish as pub
 
-    options = dict(dry_run=dry_run, record=record, private=private, commit_message=commit_message, echo=click.echo)
+    options = dict(dry_run=dry_run, record=record, private=private, commit_message=commit_message, echo=click.echo,
+                   run_card_code=run_card_code)
     if all_:
         results = pub.publish_all(model_cards, namespace, **options)
         counts = {action: sum(r.action == action for r in results) for action in ("uploaded", "unchanged", "would-upload", "unknown")}
@@ -98,15 +103,18 @@ def publish_command(
     assert folder is not None and repo_id is not None
     if dry_run:
         report = pub.validate_folder(folder)
-        pub.card_for_repo(report.folder, repo_id)
+        pub.card_for_repo(report.folder, repo_id, run_card_code=run_card_code, echo=click.echo)
+        checked = ("its card's own usage code ran" if run_card_code else
+                   "its card's How to load is cl-zoo's own, and that snippet ran")
         click.echo(
             f"ok: {report.folder} ({report.model_name or report.architecture}, {report.architecture}, "
-            f"{report.num_params / 1e6:.2f}M params, {len(report.weight_files)} weight file(s); its card's usage "
-            f"snippet runs, loading hf-hub:{repo_id} from this folder); nothing uploaded"
+            f"{report.num_params / 1e6:.2f}M params, {len(report.weight_files)} weight file(s); {checked}, "
+            f"loading hf-hub:{repo_id} from this folder); nothing uploaded"
         )
         return
     result = pub.publish_folder(
-        folder, repo_id, private=private, revision=revision, create_pr=create_pr, commit_message=commit_message
+        folder, repo_id, private=private, revision=revision, create_pr=create_pr, commit_message=commit_message,
+        run_card_code=run_card_code, echo=click.echo,
     )
     click.echo(f"uploaded {folder} -> {result.commit_url}")
     if result.pr_url:
