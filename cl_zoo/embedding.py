@@ -242,6 +242,42 @@ class _Chunk:
     fail_reasons: list[str]
 
 
+class NonFiniteFeatureError(DataError):
+    """A model gave NaN or infinite features: damaged weights, or an overflow in reduced precision.
+
+    Such rows would poison every later step silently (``dedup`` finds "0 groups", search ranks at
+    random), so extraction stops at the first one instead of writing it.
+    """
+
+
+def display_path(path: str) -> str:
+    """``path`` for one line of a message: as is, or JSON-quoted when it holds a line break or control character.
+
+    A file name may legally hold ``\n``, ``\r`` or U+2028; quoted raw, it would break the
+    one-line error (or a line of results) in two.
+    """
+    if path.isprintable() and not path.startswith('"'):
+        return path
+    return json.dumps(path)
+
+
+def model_label(model: nn.Module) -> str:
+    """How error messages name a model: where it was loaded from, else its architecture."""
+    return str(getattr(model, "checkpoint_source", "") or getattr(model, "model_name", "") or type(model).__name__)
+
+
+def check_finite(features: np.ndarray, row_paths: Sequence[str], model: nn.Module, precision: str = "fp32") -> None:
+    """Raise :class:`NonFiniteFeatureError` naming the model and the first image with a bad row."""
+    finite = np.isfinite(features).all(axis=1) if features.ndim == 2 else np.isfinite(features).reshape(len(features), -1).all(axis=1)
+    if finite.all():
+        return
+    first = int(np.flatnonzero(~finite)[0])
+    hint = "; try --precision fp32" if precision == "fp16" else "; its weights may be damaged"
+    raise NonFiniteFeatureError(
+        f"model {model_label(model)} gives a non-finite feature (NaN or inf) for {display_path(row_paths[first])}{hint}; nothing was written"
+    )
+
+
 def _dist_info() -> tuple[int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -275,15 +311,32 @@ def _load_chunk(folder: Path, k: int) -> _Chunk | None:
         return None
     try:
         with np.load(path, allow_pickle=False) as z:
-            return _Chunk(z["features"], z["indices"], z["fail_indices"], [str(r) for r in z["fail_reasons"]])
-    except (OSError, ValueError, KeyError):
+            chunk = _Chunk(z["features"], z["indices"], z["fail_indices"], [str(r) for r in z["fail_reasons"]])
+    except (OSError, ValueError, KeyError, EOFError):
         return None  # a damaged part is simply recomputed
+    if chunk.features.dtype.kind != "f" or not np.isfinite(chunk.features).all():
+        return None  # likewise a part whose features are not usable numbers
+    return chunk
+
+
+def _paths_digest(paths: Sequence[str]) -> str:
+    """sha256 of the path list that no file name can make ambiguous.
+
+    Newline-joined (as progress folders always recorded it) while no name holds a newline, which
+    makes the join one-to-one; otherwise a JSON list, marked by a leading newline that no joined
+    list of non-empty names starts with.
+    """
+    if any("\n" in p for p in paths):
+        text = "\n" + json.dumps(list(paths))
+    else:
+        text = "\n".join(paths)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _manifest(paths: Sequence[str], model: nn.Module, preprocess: Preprocess, batch_size: int, chunk_size: int, precision: str, device: torch.device, backend: str = "torch", fingerprint: str | None = None) -> dict[str, Any]:
     return {
         "count": len(paths),
-        "paths_sha256": hashlib.sha256("\n".join(paths).encode()).hexdigest(),
+        "paths_sha256": _paths_digest(paths),
         "model_sha256": fingerprint or model_fingerprint(model),
         "preprocess": [preprocess.resize_size, list(preprocess.crop_size), preprocess.interpolation, list(preprocess.mean), list(preprocess.std)],
         "batch_size": batch_size,
@@ -555,6 +608,8 @@ def _run_batches(
                     feats = feats.reshape(feats.shape[0], -1).float().cpu().numpy()
                 else:
                     feats = np.zeros((0, 0), dtype=np.float32)
+                if len(indices):
+                    check_finite(feats, [paths[i] for i in indices], model, precision)
                 k = (indices[0] if indices else failed[0][0]) // chunk_size
                 pending[k].append((feats, np.asarray(indices, dtype=np.int64), failed))
                 computed += len(indices)
@@ -655,7 +710,7 @@ OUTPUT_SUFFIXES = (".npy", ".parquet")
 
 
 def sidecar(out: str | os.PathLike[str], suffix: str) -> Path:
-    """``emb.npy`` -> ``emb<suffix>`` (``.paths.txt``, ``.csv``, ``.failures.csv``, ``.parts``...)."""
+    """``emb.npy`` -> ``emb<suffix>`` (``.paths.jsonl``, ``.csv``, ``.failures.csv``, ``.parts``...)."""
     out = Path(out)
     return out.with_name(out.stem + suffix)
 
@@ -733,25 +788,95 @@ def _atomic_write(final: Path, write: Any) -> None:
         write(str(tmp))
 
 
+PATHS_SIDECAR = ".paths.jsonl"
+LEGACY_PATHS_SIDECAR = ".paths.txt"
+# Sidecar metadata is a few hundred bytes; anything far larger is not ours and is not parsed.
+_MAX_META_BYTES = 16 << 20
+
+
+def write_path_list(final: str | os.PathLike[str], paths: Sequence[str]) -> Path:
+    """One JSON string per line, written atomically.
+
+    File names may hold ``\n``, ``\r`` or U+2028, so a plain line list would split them; JSON with
+    ``ensure_ascii`` escapes every such character (and any undecodable byte kept by Python as a
+    lone surrogate), so each row is exactly one ``\n``-terminated line of ASCII.
+    """
+    final = Path(final)
+    _atomic_write(final, lambda tmp: Path(tmp).write_text("".join(json.dumps(p) + "\n" for p in paths), encoding="ascii"))
+    return final
+
+
+def read_path_list(listing: str | os.PathLike[str]) -> list[str]:
+    """The row paths of an embeddings file: ``.paths.jsonl`` lines, or an old ``.paths.txt``.
+
+    Old listings hold one raw name per ``\n``-terminated line (what earlier versions wrote), so
+    they are split on ``\n`` only: splitting on every Unicode line break, as before, miscounted
+    rows whose names hold ``\r`` or U+2028.
+    """
+    listing = Path(listing)
+    try:
+        data = listing.read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read {listing}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{listing} is not UTF-8 text (byte {exc.start})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if listing.name.endswith(LEGACY_PATHS_SIDECAR):
+        return lines
+    paths = []
+    for n, line in enumerate(lines, 1):
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            raise DataError(f"{listing} line {n} is not a JSON string") from None
+        if not isinstance(value, str):
+            raise DataError(f"{listing} line {n} is {type(value).__name__}, not a JSON string path")
+        paths.append(value)
+    return paths
+
+
+def path_listing(embeddings: str | os.PathLike[str]) -> Path:
+    """The sidecar naming the rows of a ``.npy``: ``.paths.jsonl``, else an old ``.paths.txt``."""
+    listing = sidecar(embeddings, PATHS_SIDECAR)
+    legacy = sidecar(embeddings, LEGACY_PATHS_SIDECAR)
+    return legacy if not listing.is_file() and legacy.is_file() else listing
+
+
 def save_embeddings(
     out: str | os.PathLike[str], features: np.ndarray, paths: Sequence[str], metadata: dict[str, str], *, half: bool = False
 ) -> list[Path]:
-    """Write ``.npy`` (+ ``.paths.txt``, ``.csv``, ``.meta.json``) or ``.parquet``; returns the files.
+    """Write ``.npy`` (+ ``.paths.jsonl``, ``.csv``, ``.meta.json``) or ``.parquet``; returns the files.
 
     Every file is written under a temporary name and renamed into place, the sidecars before the
     array, so a reader never sees an array without its row names. Row paths are stored absolute,
-    so the file means the same thing from any working directory.
+    so the file means the same thing from any working directory. A ``.paths.txt`` left by an
+    older version beside the output is removed, so no stale listing contradicts the new one.
+    Non-finite features are refused (:class:`NonFiniteFeatureError`) before anything is written.
     """
     out = Path(out)
     paths = [os.path.abspath(p) for p in paths]
     if out.suffix.lower() not in OUTPUT_SUFFIXES:
         raise ClZooError(f"output {out} must end in .npy or .parquet")
+    if features.ndim != 2 or len(features) != len(paths):
+        raise DataError(f"cannot save {features.shape} features for {len(paths)} paths")
+    bad = ~np.isfinite(features).all(axis=1)
+    if bad.any():
+        raise NonFiniteFeatureError(f"feature of {display_path(paths[int(np.flatnonzero(bad)[0])])} is not finite (NaN or inf); nothing was written to {out}")
     array = features.astype(np.float16 if half else np.float32)
+    if half and not np.isfinite(array).all():
+        raise DataError(f"features exceed the float16 range; save {out} without --half")
     meta: dict[str, object] = {**metadata, "dims": int(array.shape[1]), "count": len(paths), "dtype": str(array.dtype)}
     if out.suffix.lower() == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        unencodable = next((p for p in paths if not _utf8_encodable(p)), None)
+        if unencodable is not None:
+            raise DataError(f"file name {unencodable!r} is not UTF-8, which parquet strings must be; write a .npy output instead")
         values = pa.array(array.reshape(-1), type=pa.float16() if half else pa.float32())
         column = pa.FixedSizeListArray.from_arrays(values, array.shape[1]) if len(paths) else pa.array([], pa.list_(pa.float32(), array.shape[1]))
         table = pa.table({"path": pa.array(list(paths), pa.string()), "embedding": column})
@@ -759,12 +884,12 @@ def save_embeddings(
         _atomic_write(out, lambda tmp: pq.write_table(table, tmp))
         return [out]
     written = []
-    listing = sidecar(out, ".paths.txt")
-    _atomic_write(listing, lambda tmp: Path(tmp).write_text("".join(p + "\n" for p in paths), encoding="utf-8"))
+    listing = write_path_list(sidecar(out, PATHS_SIDECAR), paths)
     table = sidecar(out, ".csv")
 
     def write_csv(tmp: str) -> None:
-        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+        # surrogateescape: a name that is not UTF-8 is written as its own bytes, i.e. the real name.
+        with open(tmp, "w", newline="", encoding="utf-8", errors="surrogateescape") as fh:
             writer = csv.writer(fh)
             writer.writerow(["index", "path"])
             writer.writerows(enumerate(paths))
@@ -778,45 +903,189 @@ def save_embeddings(
             np.save(fh, array)
 
     _atomic_write(out, write_npy)
+    sidecar(out, LEGACY_PATHS_SIDECAR).unlink(missing_ok=True)
     written += [out, listing, table, info]
     return written
 
 
+def _utf8_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def read_npy_features(path: str | os.PathLike[str]) -> np.ndarray:
+    """A 2-D float ``.npy`` as float32, its header checked before any data is read.
+
+    The header is only a few bytes of text; trusting it would let a small file ask for an array
+    of 10^14 elements, an object array (pickles) or strings. So the dtype must be a float type, the
+    shape two non-negative sizes, and the file exactly as long as the header says; then the data is
+    read through a memory map, bounded by the file itself.
+    """
+    path = Path(path)
+    fmt = np.lib.format
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh, warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # numpy's note on Python-2-style headers
+            major, _ = fmt.read_magic(fh)
+            if major == 1:
+                shape, fortran, dtype = fmt.read_array_header_1_0(fh)
+            elif major in (2, 3):
+                shape, fortran, dtype = fmt.read_array_header_2_0(fh)
+            else:
+                raise ValueError(f"unsupported .npy format version {major}")
+            offset = fh.tell()
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - numpy raises ValueError, SyntaxError, EOFError... on bad headers
+        raise DataError(f"{path} is not a readable .npy file ({' '.join(str(exc).split())[:160]})") from None
+    if dtype.kind != "f" or dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        raise DataError(f"{path} holds {dtype} values, not floating-point embeddings")
+    if len(shape) != 2 or any(not isinstance(n, int) or n < 0 for n in shape):
+        raise DataError(f"{path} has shape {shape}; embeddings are a 2-D array (rows x dims)")
+    expected = offset + shape[0] * shape[1] * dtype.itemsize
+    if expected != size:
+        raise DataError(f"{path} is {size} bytes but its header describes a {shape[0]}x{shape[1]} {dtype} array ({expected} bytes)")
+    if shape[0] * shape[1] == 0:
+        return np.zeros(shape, np.float32)
+    try:
+        data = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+        return np.array(data, dtype=np.float32, order="C")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{path} is not a readable .npy file ({exc})") from None
+
+
+def read_metadata(info: str | os.PathLike[str]) -> dict[str, object]:
+    """A ``.meta.json`` sidecar: a JSON object whose recorded fields have their recorded types."""
+    info = Path(info)
+    try:
+        if info.stat().st_size > _MAX_META_BYTES:
+            raise DataError(f"{info} is {info.stat().st_size} bytes, too large for an embeddings metadata file")
+        meta = json.loads(info.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise DataError(f"cannot read {info}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{info} is not valid JSON ({' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{info} holds a JSON {type(meta).__name__}, not an object")
+    return _checked_metadata(meta, str(info))
+
+
+def _checked_metadata(meta: dict[str, object], where: str) -> dict[str, object]:
+    """Refuse recorded fields of the wrong type, which later steps would trip over."""
+    for key in ("dims", "count"):
+        if key in meta and (isinstance(meta[key], bool) or not isinstance(meta[key], int) or meta[key] < 0):  # type: ignore[operator]
+            raise DataError(f"{where}: {key} must be a non-negative integer, got {meta[key]!r}")
+    for key in ("model", "model_name", "source", "revision", "dtype"):
+        if key in meta and not isinstance(meta[key], str):
+            raise DataError(f"{where}: {key} must be a string, got {type(meta[key]).__name__}")
+    return meta
+
+
+def _parquet_embeddings(path: Path) -> tuple[np.ndarray, list[str], dict[str, object]]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+        paths_col = table.column("path") if "path" in table.column_names else None
+        emb_col = table.column("embedding") if "embedding" in table.column_names else None
+        if paths_col is None or emb_col is None:
+            raise DataError(f"{path} has no 'path' and 'embedding' columns; was it written by cl-zoo embed?")
+        column = emb_col.combine_chunks()
+        raw_meta = table.schema.metadata or {}
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any parse failure (ArrowInvalid, OSError, MemoryError...) is a bad file
+        raise DataError(f"{path} is not a readable parquet file ({' '.join(str(exc).split())[:160]})") from None
+    meta: dict[str, object] = {}
+    for k, v in raw_meta.items():
+        if k.startswith(b"cl_zoo."):
+            try:
+                meta[k.decode()[len("cl_zoo."):]] = v.decode()
+            except UnicodeDecodeError:
+                raise DataError(f"{path}: metadata {k!r} is not UTF-8 text") from None
+    for key in ("dims", "count"):  # numbers, as in .meta.json
+        if key in meta:
+            text = str(meta[key]).strip()
+            if not text.isdigit() or not text.isascii():
+                raise DataError(f"{path}: metadata {key} must be a non-negative integer, got {text[:40]!r}")
+            meta[key] = int(text)
+    if not (pa.types.is_string(paths_col.type) or pa.types.is_large_string(paths_col.type)):
+        raise DataError(f"{path}: the 'path' column holds {paths_col.type}, not strings")
+    if paths_col.null_count:
+        raise DataError(f"{path}: the 'path' column has {paths_col.null_count} empty (null) rows")
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
+        raise DataError(f"{path}: the 'embedding' column holds {kind}, not lists of numbers")
+    if not pa.types.is_floating(kind.value_type):
+        raise DataError(f"{path}: the 'embedding' column holds lists of {kind.value_type}, not floating-point numbers")
+    n = len(column)
+    if n != len(paths_col):
+        raise DataError(f"{path} has {n} embeddings but {len(paths_col)} paths")
+    if column.null_count:
+        raise DataError(f"{path}: the 'embedding' column has {column.null_count} empty (null) rows")
+    if n:
+        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+        dims = int(lengths[0])
+        if (lengths != dims).any():
+            row = int(np.flatnonzero(lengths != dims)[0])
+            raise DataError(f"{path}: embedding rows differ in length ({dims} in row 0, {int(lengths[row])} in row {row}); refusing to reshape them")
+    else:
+        dims = int(meta.get("dims", 0))  # type: ignore[arg-type]
+    if "dims" in meta and meta["dims"] != dims and n:
+        raise DataError(f"{path} records dims {meta['dims']} but its embeddings have {dims}")
+    values = pc.list_flatten(column) if not pa.types.is_fixed_size_list(kind) else column.flatten()
+    if values.null_count:
+        raise DataError(f"{path}: the 'embedding' column holds {values.null_count} null numbers")
+    if len(values) != n * dims:
+        raise DataError(f"{path}: the 'embedding' column holds {len(values)} numbers, not {n} x {dims}")
+    features = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, dims)
+    try:
+        paths = [str(p) for p in paths_col.to_pylist()]
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: the 'path' column holds text that is not UTF-8 ({exc.reason})") from None
+    return features, paths, _checked_metadata(meta, str(path))
+
+
 def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str], dict[str, object]]:
-    """Read what :func:`save_embeddings` wrote: float32 features, paths, metadata."""
+    """Read what :func:`save_embeddings` wrote: float32 features, paths, metadata.
+
+    These files are inputs like any other: each part is checked (types, sizes, row count against
+    the path list and the recorded count, finite values) and anything off is one
+    :class:`DataError` line; rows never silently shift against their paths.
+    """
     path = Path(path)
     if not path.is_file():
         raise DataError(f"embeddings file does not exist: {path}")
     if path.suffix.lower() == ".parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            table = pq.read_table(path)
-        except Exception as exc:  # noqa: BLE001 - any parse failure is a bad user file
-            raise DataError(f"{path} is not a readable parquet file ({exc})") from None
-        if "embedding" not in table.column_names or "path" not in table.column_names:
-            raise DataError(f"{path} has no 'path' and 'embedding' columns; was it written by cl-zoo embed?")
-        meta: dict[str, object] = {k.decode()[len("cl_zoo."):]: v.decode() for k, v in (table.schema.metadata or {}).items() if k.startswith(b"cl_zoo.")}
-        meta.update({k: int(str(meta[k])) for k in ("dims", "count") if k in meta})  # numbers, as in .meta.json
-        column = table.column("embedding").combine_chunks()
-        dims = int(meta.get("dims", 0)) or (len(column[0]) if len(column) else 0)
-        features = np.asarray(column.flatten().to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(column), dims)
-        return features, [str(p) for p in table.column("path").to_pylist()], meta
-    if path.suffix.lower() != ".npy":
+        features, paths, meta = _parquet_embeddings(path)
+        where = path.name
+    elif path.suffix.lower() == ".npy":
+        listing = path_listing(path)
+        if not listing.is_file():
+            raise DataError(f"{path} has no {listing.name} beside it naming its rows")
+        info = sidecar(path, ".meta.json")
+        meta = read_metadata(info) if info.is_file() else {}
+        features = read_npy_features(path)
+        paths = read_path_list(listing)
+        if len(paths) != features.shape[0]:
+            raise DataError(f"{path} has shape {features.shape} but {listing.name} lists {len(paths)} paths")
+        where = info.name
+    else:
         raise DataError(f"{path}: embeddings must be a .npy or .parquet file")
-    try:
-        features = np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is not a readable .npy file ({exc})") from None
-    listing = sidecar(path, ".paths.txt")
-    if not listing.is_file():
-        raise DataError(f"{path} has no {listing.name} beside it naming its rows")
-    paths = listing.read_text(encoding="utf-8").splitlines()
-    if features.ndim != 2 or len(paths) != features.shape[0]:
-        raise DataError(f"{path} has shape {features.shape} but {listing.name} lists {len(paths)} paths")
-    info = sidecar(path, ".meta.json")
-    meta = json.loads(info.read_text()) if info.is_file() else {}
-    return features.astype(np.float32, copy=False), paths, meta
+    for key, actual in (("count", features.shape[0]), ("dims", features.shape[1])):
+        if key in meta and meta[key] != actual and features.shape[0]:
+            raise DataError(f"{where} records {key} {meta[key]} but {path} has {actual}; the files do not belong together")
+    bad = ~np.isfinite(features).all(axis=1)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DataError(f"{path} row {row} ({display_path(paths[row])}) is not finite (NaN or inf); re-embed with a working model")
+    return features, paths, meta
 
 
 def write_failures(path: str | os.PathLike[str], failures: Sequence[tuple[str, str]]) -> Path:
@@ -834,6 +1103,9 @@ def write_failures(path: str | os.PathLike[str], failures: Sequence[tuple[str, s
 
 
 __all__ = [
+    "LEGACY_PATHS_SIDECAR",
+    "NonFiniteFeatureError",
+    "PATHS_SIDECAR",
     "FeatureResult",
     "Preprocess",
     "embed",
@@ -842,7 +1114,15 @@ __all__ = [
     "input_metadata",
     "load_embedding_model",
     "load_embeddings",
+    "check_finite",
+    "display_path",
+    "model_label",
     "model_metadata",
+    "path_listing",
+    "read_metadata",
+    "read_npy_features",
+    "read_path_list",
+    "write_path_list",
     "model_reference",
     "prepare_model",
     "resolve_model_reference",

@@ -8,9 +8,11 @@ stale index silently returns the wrong rows.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -87,22 +89,134 @@ def save_index(index, path: str | os.PathLike[str]) -> Path:  # noqa: ANN001 - a
     return final
 
 
+# What reading an index may allocate beyond its file size: faiss objects, small tables, malloc arenas.
+_INDEX_READ_SLACK = 512 << 20
+
+
+@contextlib.contextmanager
+def _address_space_limit(extra: int) -> Iterator[None]:
+    """Let this process grow by at most ``extra`` bytes of address space inside the block.
+
+    faiss sizes its arrays from counts in the file before reading them, so a damaged count makes
+    it allocate (and zero) gigabytes from a few bytes, or fail with ``std::bad_alloc``. A
+    temporary soft ``RLIMIT_AS`` turns any such claim into a ``MemoryError`` at once. Where the
+    limit cannot be set (not Linux, or already lower), the block runs unbounded.
+    """
+    try:
+        import resource
+
+        with open("/proc/self/statm") as fh:
+            current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (ImportError, OSError, ValueError, IndexError):
+        yield
+        return
+    wanted = current + extra
+    if soft != resource.RLIM_INFINITY and soft <= wanted or hard != resource.RLIM_INFINITY and hard < wanted:
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: int | None = None):  # noqa: ANN201
-    """Read a faiss index, refusing one built over a different set of embeddings."""
+    """Read a faiss index, refusing one built over a different set of embeddings.
+
+    The file is untrusted input: faiss's own errors (``RuntimeError``), allocations its counts
+    ask for beyond what the file can hold (``MemoryError``, bounded by :func:`_address_space_limit`)
+    and the index it yields (a vector count and size that fit the file) all end as one
+    :class:`DataError` line.
+    """
     faiss = _faiss()
     path = Path(path)
     if not path.is_file():
         raise DataError(f"index file does not exist: {path}")
+    size = path.stat().st_size
+    if size == 0:
+        raise DataError(f"{path} is not a faiss index (empty file)")
     try:
-        index = faiss.read_index(str(path))
-    except RuntimeError as exc:
-        raise DataError(f"{path} is not a faiss index ({str(exc).splitlines()[0][:120]})") from None
+        with _address_space_limit(4 * size + _INDEX_READ_SLACK):
+            index = faiss.read_index(str(path))
+    except MemoryError:
+        raise DataError(f"{path} is not a faiss index (its counts ask for more memory than a {size}-byte file can hold)") from None
+    except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
+        raise DataError(f"{path} is not a faiss index ({str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__})") from None
+    problem = _structure_problem(index, faiss, size)
+    if problem:
+        raise DataError(f"{path} is not a usable faiss index ({problem}); rebuild it (drop --load-index)")
     if count is not None and index.ntotal != count or dims is not None and index.d != dims:
         raise DataError(
             f"index {path} holds {index.ntotal} vectors of {index.d} dims but the embeddings have "
             f"{count} of {dims}; rebuild it (drop --load-index)"
         )
     return index
+
+
+def _structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss objects
+    """What makes a freshly read index unsafe to search, or "" when nothing does.
+
+    faiss trusts the ids and offsets it reads; a graph link or list id past the end is an
+    out-of-bounds read at search time (a crash, not an error). Only the index types ``--save-index``
+    writes (flat, IVF-flat, HNSW-flat over inner product) are accepted, and their tables are checked
+    against each other and against the file size.
+    """
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        return "it does not rank by inner product (cosine)"
+    n, d = int(index.ntotal), int(index.d)
+    if d < 1 or n < 0 or n * d * 4 > size:
+        return f"it claims {n} vectors of {d} dims in {size} bytes"
+    if isinstance(index, faiss.IndexFlat):
+        return ""
+    if isinstance(index, faiss.IndexIVFFlat):
+        quantizer = faiss.downcast_index(index.quantizer)
+        lists = index.invlists
+        if not isinstance(quantizer, faiss.IndexFlat) or quantizer.d != d or quantizer.ntotal != index.nlist:
+            return "its coarse quantizer does not match its lists"
+        if lists is None or lists.nlist != index.nlist or lists.code_size != index.code_size:
+            return "its inverted lists do not match the index"
+        if not 1 <= index.nprobe <= index.nlist:
+            return f"nprobe {index.nprobe} is outside 1..{index.nlist}"
+        total = 0
+        for i in range(lists.nlist):
+            m = lists.list_size(i)
+            total += m
+            if total > n:
+                break
+            if m and not _ids_in_range(faiss.rev_swig_ptr(lists.get_ids(i), m), n):
+                return f"list {i} names vectors that do not exist"
+        return "" if total == n else f"its lists hold {total} vectors, not {n}"
+    if isinstance(index, faiss.IndexHNSWFlat):
+        graph = index.hnsw
+        storage = faiss.downcast_index(index.storage)
+        if not isinstance(storage, faiss.IndexFlat) or storage.ntotal != n or storage.d != d:
+            return "its vector storage does not match the graph"
+        levels = faiss.vector_to_array(graph.levels).astype(np.int64)
+        offsets = faiss.vector_to_array(graph.offsets).astype(np.int64)
+        cum = faiss.vector_to_array(graph.cum_nneighbor_per_level).astype(np.int64)
+        neighbors = faiss.vector_to_array(graph.neighbors)
+        if len(levels) != n or len(offsets) != n + 1 or offsets[0] != 0 or offsets[-1] != len(neighbors):
+            return "its graph tables disagree in size"
+        if n and (levels.min() < 1 or levels.max() > len(cum) - 1 or levels.max() - 1 != graph.max_level):
+            return "its graph levels are out of range"
+        if n and not np.array_equal(np.diff(offsets), cum[levels]):
+            return "its graph offsets do not match its levels"
+        if not _ids_in_range(neighbors, n, allow=-1):
+            return "its graph links name vectors that do not exist"
+        if n and not 0 <= graph.entry_point < n or not 1 <= graph.efSearch <= 1 << 20:
+            return "its graph entry point or search width is out of range"
+        return ""
+    return f"{type(index).__name__} is not a type cl-zoo writes"
+
+
+def _ids_in_range(ids: np.ndarray, n: int, allow: int | None = None) -> bool:
+    ids = np.asarray(ids)
+    ok = (ids >= 0) & (ids < n)
+    if allow is not None:
+        ok |= ids == allow
+    return bool(ok.all())
 
 
 def search(index, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001

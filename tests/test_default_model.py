@@ -68,7 +68,7 @@ def test_readme_quick_start_embeds_the_examples(tmp_path, monkeypatch) -> None:
     out = tmp_path / "embeddings.npy"
     assert main(["embed", str(EXAMPLES), "--out", str(out), "--workers", "0"]) == 0
     vectors = np.load(out)
-    paths = (tmp_path / "embeddings.paths.txt").read_text().splitlines()
+    paths = [json.loads(line) for line in (tmp_path / "embeddings.paths.jsonl").read_text().splitlines()]
     photos = sorted(p for p in EXAMPLES.iterdir() if p.suffix == ".jpg")
     assert vectors.shape == (len(photos), cl_zoo.create_model(DEFAULT_MODEL).num_features)
     assert [Path(p).name for p in paths] == [p.name for p in photos]

@@ -231,7 +231,7 @@ def test_cli_npy_outputs_and_failures(mixed: Path, model_dir: Path, tmp_path: Pa
     assert "embedded 5 images" in err and "skipped 4" in err and "images/s" in err and "warning:" in err
     features, paths, meta = load_embeddings(out)
     assert features.shape == (5, 128) and paths == sorted(paths)
-    assert (out.parent / "emb.paths.txt").read_text().splitlines() == paths
+    assert [json.loads(line) for line in (out.parent / "emb.paths.jsonl").read_text().splitlines()] == paths
     csv_rows = (out.parent / "emb.csv").read_text().splitlines()
     assert csv_rows[0] == "index,path" and csv_rows[1] == f"0,{paths[0]}"
     assert meta["model"] == str(model_dir) and meta["dims"] == 128 and meta["revision"].startswith("sha256:")
@@ -239,7 +239,7 @@ def test_cli_npy_outputs_and_failures(mixed: Path, model_dir: Path, tmp_path: Pa
     assert failures[0] == "path,reason" and len(failures) == 1 + len(BROKEN)
     assert not (out.parent / "emb.parts").exists()
     assert sorted(p.name for p in out.parent.iterdir()) == sorted(
-        ["emb.npy", "emb.paths.txt", "emb.csv", "emb.meta.json", "emb.failures.csv"]
+        ["emb.npy", "emb.paths.jsonl", "emb.csv", "emb.meta.json", "emb.failures.csv"]
     )  # no temporary files left behind
 
 
@@ -274,7 +274,7 @@ def test_cli_resume_gives_identical_bytes(photos: Path, model_dir: Path, tmp_pat
     assert run_cli(*common, "--resume") == 0
     assert "resumed 2" in capsys.readouterr().err
     assert out.read_bytes() == fresh.read_bytes()
-    assert (tmp_path / "resumed.paths.txt").read_bytes() == (tmp_path / "fresh.paths.txt").read_bytes()
+    assert (tmp_path / "resumed.paths.jsonl").read_bytes() == (tmp_path / "fresh.paths.jsonl").read_bytes()
     assert not (tmp_path / "resumed.parts").exists()
 
 

@@ -55,7 +55,7 @@ def test_outputs_hold_absolute_paths_and_search_works_from_another_folder(
     assert run("embed", "photos", "-m", "runs/x/model", "-o", "emb.npy", "-j", "0", "-q") == 0
     _, paths, meta = load_embeddings(project / "emb.npy")
     assert all(os.path.isabs(p) for p in paths) and paths[0] == str(project / "photos" / "copy_of_photo2.jpg")
-    assert (project / "emb.paths.txt").read_text().splitlines() == paths
+    assert [json.loads(line) for line in (project / "emb.paths.jsonl").read_text().splitlines()] == paths
     assert meta["model"] == str(project / "runs" / "x" / "model")
     assert json.loads(meta["inputs"]) == ["photos"] and json.loads(meta["input_roots"]) == [str(project / "photos")]
     assert run("embed", "photos", "-m", "runs/x/model", "-o", "emb.parquet", "-j", "0", "-q") == 0

@@ -106,7 +106,7 @@ def test_embed_killed_five_times_resumes_to_identical_bytes(tmp_path: Path) -> N
     points = kill_and_resume(start, chunks, 25)
 
     identical = out.read_bytes() == reference.read_bytes()
-    same_paths = Path(str(out)[:-4] + ".paths.txt").read_text() == Path(str(reference)[:-4] + ".paths.txt").read_text()
+    same_paths = Path(str(out)[:-4] + ".paths.jsonl").read_text() == Path(str(reference)[:-4] + ".paths.jsonl").read_text()
     print(f"\nembed: 2500 images, uninterrupted {seconds:.1f} s; {len(points) + 2} runs; "
           f"kill points (chunks done, extra delay s) {points}; identical: {'yes' if identical and same_paths else 'no'}")
     assert len(points) == KILLS

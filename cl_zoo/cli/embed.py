@@ -22,7 +22,7 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.command("embed")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-m", "--model", default=None, help="Registered name, checkpoint folder/file or hf-hub:owner/name (default: the bundled model).")
-@click.option("-o", "--out", default="embeddings.npy", show_default=True, help="Output .npy (with .paths.txt/.csv sidecars) or .parquet.")
+@click.option("-o", "--out", default="embeddings.npy", show_default=True, help="Output .npy (with .paths.jsonl/.csv sidecars) or .parquet.")
 @click.option("-b", "--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: the usable CPUs, at most 8).")
@@ -58,6 +58,7 @@ def embed_command(
     from cl_zoo.data.images import discover_images
     from cl_zoo.embedding import (
         OUTPUT_SUFFIXES,
+        NonFiniteFeatureError,
         extract_features,
         input_metadata,
         load_embedding_model,
@@ -78,7 +79,10 @@ def embed_command(
         raise DataError(f"output folder is not writable: {out_path.parent}")
     rank = int(os.environ.get("RANK", "0"))
     # Absolute paths: the rows mean the same from any folder, and so does a --resume.
-    files = [os.path.abspath(f) for f in discover_images(paths)]
+    found = discover_images(paths)
+    if found.repeats and rank == 0:
+        click.echo(f"skipped {found.repeats} linked folder{'s' if found.repeats != 1 else ''} already walked (symlink repeats or loops)", err=True)
+    files = [os.path.abspath(f) for f in found]
     net = load_embedding_model(model)
     stop_after = os.environ.get(STOP_AFTER_ENV)
     parts = sidecar(out_path, ".parts")
@@ -98,6 +102,11 @@ def embed_command(
             chunk_batches=save_every,
             max_batches=int(stop_after) if stop_after else None,
         )
+    except NonFiniteFeatureError:
+        # The model cannot produce a usable file; saved parts of this run would only be resumed into the same error.
+        if rank == 0:
+            shutil.rmtree(parts, ignore_errors=True)
+        raise
     except KeyboardInterrupt:
         if rank == 0:
             kept = saved_progress(parts)

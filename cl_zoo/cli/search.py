@@ -46,10 +46,12 @@ def search_command(
     if not spec:
         raise ClZooError(f"{embeddings} does not record its model; pass --model")
     query_files = discover_images(queries)
+    if query_files.repeats:
+        click.echo(f"skipped {query_files.repeats} linked query folder{'s' if query_files.repeats != 1 else ''} already walked (symlink repeats or loops)", err=True)
     net = load_embedding_model(spec)
     result = extract_features(net, query_files, batch_size=32, device=device, workers=workers)
     for path, reason in result.failures:
-        click.echo(f"warning: skipped query {path}: {reason}", err=True)
+        click.echo(f"warning: skipped query {shown(path)}: {reason}", err=True)
     if not result.paths:
         raise DataError("none of the query images could be read")
     if result.features.shape[1] != features.shape[1]:
@@ -75,9 +77,9 @@ def search_command(
         click.echo(json.dumps(report, indent=1))
     else:
         for entry in report:
-            click.echo(entry["query"])
+            click.echo(shown(entry["query"]))
             for hit in entry["results"]:
-                click.echo(f"  {hit['score']:.4f}  {hit['path']}")
+                click.echo(f"  {hit['score']:.4f}  {shown(hit['path'])}")
     return 0
 
 
@@ -108,10 +110,17 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, a
         for n, group in enumerate(groups, 1):
             click.echo(f"group {n} ({len(group)} images)")
             for i in group:
-                click.echo(f"  {paths[i]}")
+                click.echo(f"  {shown(paths[i])}")
         dupes = sum(len(g) - 1 for g in groups)
         click.echo(f"{len(groups)} groups, {dupes} redundant images of {len(paths)} (threshold {threshold})", err=True)
     return 0
+
+
+def shown(path: str) -> str:
+    """A result path on one line of text output (``--json`` output needs no such care)."""
+    from cl_zoo.embedding import display_path
+
+    return display_path(path)
 
 
 def score_histogram(scores: "np.ndarray", threshold: float, bins: int = 20, width: int = 40) -> list[str]:
@@ -140,4 +149,4 @@ def score_histogram(scores: "np.ndarray", threshold: float, bins: int = 20, widt
     return lines
 
 
-__all__ = ["search_command", "dedup_command", "score_histogram"]
+__all__ = ["search_command", "dedup_command", "score_histogram", "shown"]

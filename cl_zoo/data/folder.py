@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from cl_zoo.data.images import IMAGE_EXTENSIONS, is_image_path
+from cl_zoo.data.images import IMAGE_EXTENSIONS, LinkSafeWalk, is_image_path
 from cl_zoo.errors import DataError
 
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
@@ -34,6 +35,7 @@ class ImageFolderData:
     root: str = ""
     split: str | None = None
     class_to_idx: dict[str, int] = field(default_factory=dict)
+    repeats: int = 0  # linked folders skipped because their real path was already walked
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -84,15 +86,29 @@ def resolve_split_dir(path: Path, split: str | None, label: str | None = None) -
     return path
 
 
-def _list_images(class_dir: Path) -> list[str]:
+def _list_images(class_dir: Path) -> tuple[list[str], int]:
+    """Image paths relative to ``class_dir`` (sorted) and how many linked folders were repeats.
+
+    Linked folders are followed once (:class:`~cl_zoo.data.images.LinkSafeWalk`): a link back up
+    the tree would otherwise list the same images again, or loop forever.
+    """
     found: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not _hidden(d))
+    walk = LinkSafeWalk(str(class_dir), hidden=_hidden)
+    for dirpath, filenames in walk:
         rel = os.path.relpath(dirpath, class_dir)
         for name in filenames:
-            if not _hidden(name) and is_image_path(name):
+            if is_image_path(name):
                 found.append(name if rel == "." else os.path.join(rel, name))
-    return sorted(found)
+    return sorted(found), walk.repeats
+
+
+def _report_repeats(root: Path, repeats: int) -> None:
+    """One warning line when linked folders were skipped, so a shrunken dataset is not silent."""
+    if repeats:
+        warnings.warn(
+            f"{root}: skipped {repeats} linked folder{'s' if repeats != 1 else ''} already walked (symlink repeats or loops)",
+            stacklevel=3,
+        )
 
 
 def file_list_hash(relative_paths: list[str], labels: np.ndarray) -> str:
@@ -137,8 +153,10 @@ def scan_image_folder(directory: str | os.PathLike, *, source: str | None = None
     paths: list[str] = []
     rel_paths: list[str] = []
     labels: list[int] = []
+    repeats = 0
     for idx, cls in enumerate(classes):
-        images = _list_images(root / cls)
+        images, skipped = _list_images(root / cls)
+        repeats += skipped
         if not images:
             raise DataError(f"class folder without images: {root / cls} (extensions: {', '.join(sorted(IMAGE_EXTENSIONS))})")
         for rel in images:
@@ -146,6 +164,7 @@ def scan_image_folder(directory: str | os.PathLike, *, source: str | None = None
             paths.append(str(root / cls / rel))
         labels.extend([idx] * len(images))
     label_arr = np.asarray(labels, dtype=np.int64)
+    _report_repeats(root, repeats)
     return ImageFolderData(
         paths=paths,
         labels=label_arr,
@@ -155,6 +174,7 @@ def scan_image_folder(directory: str | os.PathLike, *, source: str | None = None
         root=str(root),
         split=split,
         class_to_idx={c: i for i, c in enumerate(classes)},
+        repeats=repeats,
     )
 
 
@@ -169,7 +189,8 @@ def scan_unlabeled_folder(directory: str | os.PathLike, *, source: str | None = 
         raise DataError(f"image folder not found: {root}")
     if not any(not _hidden(e) for e in os.listdir(root)):
         raise DataError(f"empty folder: {root}")
-    rel_paths = _list_images(root)
+    rel_paths, repeats = _list_images(root)
+    _report_repeats(root, repeats)
     if not rel_paths:
         raise DataError(f"no images in {root} (extensions: {', '.join(sorted(IMAGE_EXTENSIONS))})")
     labels = np.full(len(rel_paths), -1, dtype=np.int64)
@@ -181,6 +202,7 @@ def scan_unlabeled_folder(directory: str | os.PathLike, *, source: str | None = 
         file_list_hash=file_list_hash(rel_paths, labels),
         root=str(root),
         split=split,
+        repeats=repeats,
     )
 
 

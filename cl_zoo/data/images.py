@@ -18,7 +18,7 @@ import io
 import os
 import struct
 import warnings
-from typing import Iterable
+from typing import Callable, Iterable, Iterator
 
 from PIL import Image, UnidentifiedImageError
 
@@ -50,7 +50,48 @@ def _hidden(name: str) -> bool:
     return name.startswith(".") or name == "__MACOSX"
 
 
-def _walk_images(folder: str) -> list[str]:
+class LinkSafeWalk:
+    """``os.walk(top, followlinks=True)`` that enters every real directory at most once.
+
+    Folder symlinks are followed (datasets are often assembled from links into shared storage),
+    but a link back to a folder already walked or to an ancestor of ``top`` (``up -> ..``) would
+    repeat the same images, or never end. Each directory's real path is remembered; a directory
+    whose real path was seen, or that contains ``top``, is skipped and counted in ``repeats``, so
+    callers can say how much they left out. Among siblings, real folders come before links, so the
+    path kept for a linked-twice folder is its own one.
+    """
+
+    def __init__(self, top: str, *, onerror: Callable[[OSError], None] | None = None, hidden: Callable[[str], bool] | None = None) -> None:
+        self.top = top
+        self.onerror = onerror
+        self.hidden = hidden or _hidden
+        self.repeats = 0  # directories skipped because their real path was already walked
+
+    def __iter__(self) -> Iterator[tuple[str, list[str]]]:
+        """Yield ``(dirpath, filenames)`` top-down; sub-folders in a deterministic order."""
+        top_real = os.path.realpath(self.top)
+        visited = {top_real}
+        for dirpath, dirnames, filenames in os.walk(self.top, onerror=self.onerror, followlinks=True):
+            kept = []
+            for name in sorted((d for d in dirnames if not self.hidden(d)), key=lambda d: (os.path.islink(os.path.join(dirpath, d)), d)):
+                real = os.path.realpath(os.path.join(dirpath, name))
+                if real in visited or top_real.startswith(real.rstrip(os.sep) + os.sep):
+                    self.repeats += 1
+                    continue
+                visited.add(real)
+                kept.append(name)
+            dirnames[:] = sorted(kept)
+            yield dirpath, [f for f in filenames if not self.hidden(f)]
+
+
+class FoundImages(list):
+    """A list of image paths that also says how many linked folders were skipped as repeats."""
+
+    repeats: int = 0
+
+
+def _walk_images(folder: str) -> tuple[list[str], int]:
+    """Image files under ``folder`` and the number of folders skipped as symlink repeats."""
     found: list[str] = []
 
     def refuse(exc: OSError) -> None:
@@ -60,10 +101,10 @@ def _walk_images(folder: str) -> list[str]:
             raise DataError(f"cannot read folder {folder}: {exc.strerror}") from None
         warnings.warn(f"skipping unreadable folder {exc.filename}: {exc.strerror}", stacklevel=3)
 
-    for root, dirs, files in os.walk(folder, onerror=refuse, followlinks=True):
-        dirs[:] = [d for d in dirs if not _hidden(d)]
-        found.extend(os.path.join(root, f) for f in files if not _hidden(f) and is_image_path(f))
-    return found
+    walk = LinkSafeWalk(folder, onerror=refuse)
+    for root, files in walk:
+        found.extend(os.path.join(root, f) for f in files if is_image_path(f))
+    return found, walk.repeats
 
 
 # Path lists in these formats are tables: the paths are one column of each row.
@@ -123,10 +164,12 @@ def _read_list(list_file: str) -> list[str]:
     return [os.path.normpath(c if os.path.isabs(c) else os.path.join(base, c)) for c in cells]
 
 
-def discover_images(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+def discover_images(paths: Iterable[str | os.PathLike[str]]) -> FoundImages:
     """Image files named by ``paths``, deduplicated, in sorted order.
 
-    Each entry may be an image file, a folder (searched recursively, hidden entries skipped) or a
+    Folders are walked with :class:`LinkSafeWalk`: linked folders are followed once, never in a
+    loop; the result's ``repeats`` counts the linked folders skipped as already walked, for the
+    caller to report. Each entry may be an image file, a folder (searched recursively, hidden entries skipped) or a
     text file listing paths (one per line, ``#`` comments; a ``.csv``/``.tsv`` file gives its
     ``path`` column, or its first). Files listed in a text file are kept
     even when they are missing or broken, so that they show up in the failures report of whatever
@@ -134,13 +177,15 @@ def discover_images(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
     user mistake and raises :class:`DataError`.
     """
     found: set[str] = set()
+    repeats = 0
     given = [os.fspath(p) for p in paths]
     if not given:
         raise DataError("no input paths given")
     for raw in given:
         path = os.path.normpath(raw)
         if os.path.isdir(path):
-            images = _walk_images(path)
+            images, skipped = _walk_images(path)
+            repeats += skipped
             if not images:
                 raise DataError(f"no images ({', '.join(sorted(IMAGE_EXTENSIONS))}) found in folder {raw}")
         elif os.path.isfile(path) and is_image_path(path):
@@ -148,7 +193,12 @@ def discover_images(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
         elif os.path.isfile(path):
             images = []
             for entry in _read_list(path):
-                images.extend(_walk_images(entry) if os.path.isdir(entry) else [entry])
+                if os.path.isdir(entry):
+                    listed, skipped = _walk_images(entry)
+                    images.extend(listed)
+                    repeats += skipped
+                else:
+                    images.append(entry)
             if not images:
                 raise DataError(f"list file {raw} names no paths")
         elif os.path.lexists(path):
@@ -156,7 +206,9 @@ def discover_images(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
         else:
             raise DataError(f"path does not exist: {raw}")
         found.update(images)
-    return sorted(found)
+    result = FoundImages(sorted(found))
+    result.repeats = repeats
+    return result
 
 
 def _os_reason(exc: OSError) -> str:
@@ -227,4 +279,12 @@ def load_image(path: str | os.PathLike[str], min_short_side: int | None = None) 
             raise ImageDecodeError(path, f"corrupt image ({type(exc).__name__}: {exc})") from None
 
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageDecodeError", "discover_images", "is_image_path", "load_image"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "FoundImages",
+    "ImageDecodeError",
+    "LinkSafeWalk",
+    "discover_images",
+    "is_image_path",
+    "load_image",
+]
