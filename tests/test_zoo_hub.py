@@ -111,3 +111,11 @@ def test_a_bad_namespace_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CL_ZOO_HUB_NAMESPACE", "a/b")
     with pytest.raises(HubError, match="CL_ZOO_HUB_NAMESPACE"):
         zoo_repo_id(NAME)
+
+
+def test_a_zoo_card_published_under_another_namespace_names_that_repo() -> None:
+    from cl_zoo.checkpoint.publish import card_for_repo
+
+    card = card_for_repo(CARDS / NAME, f"zoo-mirror/{NAME}")
+    assert f"timm.create_model('hf-hub:zoo-mirror/{NAME}'" in card
+    assert f"hf-hub:{ZOO_NAMESPACE}/" not in card

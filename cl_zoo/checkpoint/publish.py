@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -119,12 +120,18 @@ def card_for_repo(
     """
     from cl_zoo.checkpoint.card import how_to_load, registered_name_of
     from cl_zoo.checkpoint.folder import read_config
+    from cl_zoo.checkpoint.timm_compat import merged_pretrained_cfg
     from cl_zoo.checkpoint.usage import USAGE_SECTION, check_usage, retarget, section_text, usage_blocks
 
     folder = Path(folder)
     card = folder / CARD_NAME
     text = retarget(card.read_text(encoding="utf-8"), folder, f"hf-hub:{repo_id}")
     config = read_config(folder)
+    recorded = merged_pretrained_cfg(config).get("hf_hub_id")
+    if isinstance(recorded, str) and recorded and recorded != repo_id:
+        # The Hub id recorded at save time (timm's call names it): published elsewhere (--namespace,
+        # a fork), the uploaded card names the repo it is uploaded to.
+        text = re.sub(r"hf-hub:" + re.escape(recorded) + r"(?=[@'\"\s`]|$)", lambda _: f"hf-hub:{repo_id}", text)
     names = [n for n in [registered_name_of(config)] if n] + [f"hf-hub:{repo_id}"]
     if run_card_code:
         blocks = usage_blocks(text)
