@@ -67,12 +67,14 @@ resnet50>`` (``fc`` replaced by ``Identity``, so no ``fc`` keys), ``projection_h
 ``key_projection_head.*`` and the loss's memory bank ``criterion.memory_bank.{bank,bank_ptr}``.
 Everything outside ``backbone.`` is dropped, counted per top-level module.
 
-Safety: files are read with ``torch.load(weights_only=True)``. The only non-tensor, non-container
-type allowed is ``argparse.Namespace`` (CMC's ``opt``): a plain attribute bag whose contents go
-through the same restricted unpickler, so it cannot run code. Anything else is refused with the
-name of the offending global. Lightning checkpoints, which always pickle more than tensors, go
-through :mod:`cl_zoo.convert.restricted_pickle` instead: other objects become inert placeholders
-(never imported, never called) and any call the pickle asks for is refused.
+Safety: every file is read with ``torch.load(weights_only=True)`` after the archive checks of
+:mod:`cl_zoo.convert.restricted_pickle` (stored entries within the file's size, CRC-32, a bounded
+pickle). The only non-tensor, non-container type allowed is ``argparse.Namespace`` (CMC's ``opt``):
+a plain attribute bag whose contents go through the same restricted unpickler, so it cannot run
+code. Lightning checkpoints may also pickle Lightning's ``AttributeDict``, rebuilt as a plain dict
+(:data:`~cl_zoo.convert.restricted_pickle.LIGHTNING_GLOBALS`). Anything else is refused in one line
+naming the offending globals, before anything is unpickled. Keys read from a file are checked to be
+printable names of bounded length before any message or report repeats them.
 """
 
 from __future__ import annotations
@@ -91,10 +93,13 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.checkpoint import MismatchMessages, load_state_into
+from cl_zoo.checkpoint.card import inline_code, inline_text
+from cl_zoo.convert.restricted_pickle import LIGHTNING_GLOBALS, shown, weights_only_load
 from cl_zoo.errors import CheckpointError
 
 FORMATS = ("jcl", "cmc", "cacr", "moco", "lightly")
 SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace,)
+_MAX_KEY = 300  # characters in a state dict key (ResNet-50's longest is 40)
 _CMC_ARCH_BY_WIDTH = {0.5: "cmc_resnet50x05_lab", 1.0: "cmc_resnet50x1_lab", 2.0: "cmc_resnet50x2_lab"}
 
 
@@ -155,55 +160,25 @@ def _sniff(path: Path) -> None:
 
 
 def safe_load(path: str | os.PathLike[str]) -> Any:
-    """``torch.load(weights_only=True)`` plus :data:`SAFE_GLOBALS`, with one-line refusals."""
+    """An author's file: ``torch.load(weights_only=True)`` plus :data:`SAFE_GLOBALS`, with one-line refusals."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path} does not exist")
     _sniff(path)
-    try:
-        with torch.serialization.safe_globals(list(SAFE_GLOBALS)):
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - every refusal or parse error becomes a user-facing error
-        message = str(exc)
-        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", message) or re.search(r"GLOBAL ([\w.]+)", message)
-        if found:
-            raise CheckpointError(
-                f"refusing to load {path}: it contains a pickled {found.group(1)}, and unpickling arbitrary objects "
-                "can run code. cl-zoo accepts only tensors, plain containers and argparse.Namespace here; "
-                "a PyTorch Lightning checkpoint goes through `cl-zoo import lightly`, which reads it without running it"
-            ) from exc
-        raise CheckpointError(f"{path} is not a readable PyTorch checkpoint ({_first_line(message, exc)})") from exc
-
-
-def _first_line(message: str, exc: BaseException) -> str:
-    """The first line of PyTorch's error, without its advice to retry with ``weights_only=False``."""
-    advice = ("weights_only", "weights only load failed", "can still be loaded", "trust the source")
-    lines = [line.strip() for line in message.splitlines()
-             if line.strip() and not any(a in line.lower() for a in advice)]
-    return (lines[0] if lines else type(exc).__name__)[:200]
+    return weights_only_load(path, SAFE_GLOBALS, "argparse.Namespace",
+                             "; a PyTorch Lightning checkpoint goes through `cl-zoo import lightly`")
 
 
 def safe_load_lightning(path: str | os.PathLike[str]) -> Any:
-    """A Lightning checkpoint through the restricted unpickler (see :mod:`cl_zoo.convert.restricted_pickle`)."""
-    from cl_zoo.convert.restricted_pickle import UnsafePickleError, restricted_load
-
+    """A Lightning ``.ckpt``: the same load, also accepting Lightning's ``AttributeDict`` (rebuilt as a dict)."""
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"{path} does not exist")
     _sniff(path)
-    try:
-        top, _ = restricted_load(path)
-    except UnsafePickleError as exc:
-        raise CheckpointError(f"refusing to load {path}: {exc}; cl-zoo rebuilds only tensors and plain containers "
-                              "and never calls code from a checkpoint (nothing was executed)") from exc
-    return top
+    return weights_only_load(path, LIGHTNING_GLOBALS, "Lightning's AttributeDict and argparse.Namespace")
 
 
 def _describe(value: Any) -> str:
-    from cl_zoo.convert.restricted_pickle import Opaque
-
-    if isinstance(value, Opaque):
-        return f"{type(value).qualified_name} object (not rebuilt)"
     if isinstance(value, torch.Tensor):
         return f"tensor {list(value.shape)}"
     if isinstance(value, Mapping):
@@ -220,7 +195,12 @@ def _tensor_dict(value: Any, where: str, path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"{path}: '{where}' is not a non-empty state dict ({_describe(value)})")
     bad = [k for k, v in value.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
     if bad:
-        raise CheckpointError(f"{path}: '{where}' holds non-tensor entries (first: {bad[0]!r})")
+        raise CheckpointError(f"{path}: '{where}' holds non-tensor entries (first: {shown(repr(bad[0]))})")
+    # Every later message and report repeats these names: no terminal escapes, no megabyte lines.
+    odd = [k for k in value if not k.isprintable() or len(k) > _MAX_KEY]
+    if odd:
+        raise CheckpointError(f"{path}: '{where}' has a key that is not a printable name of at most {_MAX_KEY} "
+                              f"characters ({shown(repr(odd[0]))})")
     return dict(value)
 
 
@@ -230,12 +210,12 @@ def _unwrap(top: Any, keys: tuple[str, ...], path: Path, fmt: str) -> tuple[dict
     for key in keys:
         if key in top:
             state = _tensor_dict(top[key], key, path)
-            others = {str(k): _describe(v) for k, v in top.items() if k != key}
+            others = {shown(k, 80): _describe(v) for k, v in top.items() if k != key}
             return state, key, others
     if top and all(isinstance(v, torch.Tensor) for v in top.values()):  # a bare state dict
         return _tensor_dict(top, "<top level>", path), "<top level>", {}
     raise CheckpointError(
-        f"{path} has no {' or '.join(repr(k) for k in keys)} entry (has: {', '.join(map(str, list(top)[:8]))}); "
+        f"{path} has no {' or '.join(repr(k) for k in keys)} entry (has: {', '.join(shown(k, 60) for k in list(top)[:8])}); "
         f"is it really a {fmt} checkpoint?"
     )
 
@@ -337,7 +317,7 @@ LAYOUTS: dict[str, Layout] = {
     "cmc": Layout(("model",), _split_cmc, "cmc_resnet50x1_lab", "cmc"),
     "lightly": Layout(("state_dict",), _split_lightly, "resnet50", None),
 }
-READS_LIGHTNING = {"lightly"}  # layouts whose files pickle more than weights: restricted unpickler
+READS_LIGHTNING = {"lightly"}  # layouts whose files pickle Lightning's training state too: LIGHTNING_GLOBALS
 
 
 def _infer_cmc_arch(backbone: Mapping[str, torch.Tensor], path: Path) -> str:
@@ -490,15 +470,16 @@ def _card_sections(report: ConversionReport, release: Any | None, origin: str | 
             sections["Citation"] = f"```bibtex\n{release.citation}\n```"
     sections["Origin"] = "\n".join(origin_lines)
     dropped = ", ".join(f"{k} ({v} tensors)" for k, v in report.dropped.items()) or "nothing"
-    reader = ("cl-zoo's restricted unpickler (tensors and plain containers only; other objects kept as inert "
-              "placeholders, never imported or called)" if report.format in READS_LIGHTNING
-              else "`torch.load(weights_only=True)`")
+    reader = ("`torch.load(weights_only=True)` (torch's restricted unpickler: tensors and plain containers only, "
+              "Lightning's `AttributeDict` read as a plain dict, nothing imported or called)"
+              if report.format in READS_LIGHTNING else "`torch.load(weights_only=True)`")
     conv = [
         f"`cl-zoo import {report.format}` read the file with {reader} "
-        f"(weights under `{report.state_key}`, key prefix `{report.prefix}`) and kept {report.backbone_tensors} backbone "
-        f"tensors, every one of them used by `{report.arch}` with identical names after the prefix and identical shapes.",
-        f"Dropped: {dropped}. Other entries in the file (not weights): "
-        + (", ".join(f"`{k}` ({v})" for k, v in report.top_level.items()) or "none") + ".",
+        f"(weights under {inline_code(report.state_key)}, key prefix {inline_code(report.prefix)}) and kept "
+        f"{report.backbone_tensors} backbone tensors, every one of them used by `{report.arch}` with identical names "
+        "after the prefix and identical shapes.",
+        f"Dropped: {inline_text(dropped, 2000)}. Other entries in the file (not weights): "
+        + (", ".join(f"{inline_code(k, 120)} ({inline_text(v, 200)})" for k, v in report.top_level.items()) or "none") + ".",
     ]
     if report.cast_to_float32:
         conv.append(f"{report.cast_to_float32} float16 tensors were cast to float32 (exact).")
@@ -558,6 +539,7 @@ def import_checkpoint(
             staging,
             extra_config={"conversion": report.to_dict(), "origin": origin},
             card_sections=_card_sections(report, release, origin, verified),
+            card_folder=out,  # the card names where the folder ends up, not the staging folder
         )
         if out.exists():
             shutil.rmtree(out)
