@@ -91,3 +91,21 @@ def test_an_imported_lightly_style_card_key_cannot_add_a_usage_block(folder: Pat
     (folder / CARD_NAME).write_text(card, encoding="utf-8")
     assert len([b for b in usage_blocks(card)]) == 1
     card_for_repo(folder, "alice/tiny")  # the generated section, unchanged: publishable
+
+
+def test_an_imported_checkpoints_card_names_its_folder_and_quotes_file_keys_on_one_line(tmp_path: Path) -> None:
+    """A lightly-style .ckpt whose top-level dict has a key holding a usage block: the imported card
+    quotes it on one line, names the output folder (not the staging one) and publishes as generated."""
+    from torchvision.models import resnet18
+
+    backbone = resnet18()
+    backbone.fc = torch.nn.Identity()
+    path = tmp_path / "hostile.ckpt"
+    torch.save({"state_dict": {f"backbone.{k}": v for k, v in backbone.state_dict().items()}, HOSTILE: 1}, path)
+    out = tmp_path / "imported"
+    assert main(["import", "lightly", str(path), "--out", str(out), "--arch", "resnet18"]) == 0
+    card = (out / CARD_NAME).read_text(encoding="utf-8")
+    assert ".importing-" not in card and str(out.resolve()) in card
+    assert [line for line in card.splitlines() if line.startswith("## ")].count("## How to load") == 1
+    assert len(usage_blocks(card)) == 1 and "PWNED" not in section_text(card)
+    assert "hf-hub:alice/imported" in card_for_repo(out, "alice/imported")

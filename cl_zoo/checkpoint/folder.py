@@ -178,11 +178,13 @@ def save_pretrained(
     dtype: torch.dtype | None = None,
     card: bool = True,
     card_sections: Mapping[str, str] | None = None,
+    card_folder: str | os.PathLike[str] | None = None,
 ) -> Path:
     """Write ``model`` as a Hub-ready folder; every file appears complete or not at all.
 
     ``dtype=torch.float16`` stores floating tensors in half precision (the zoo's bundled weights,
-    to stay small in git); :func:`load_folder` always returns float32.
+    to stay small in git); :func:`load_folder` always returns float32. ``card_folder`` is the folder
+    the card's load calls name when ``folder`` is a staging copy renamed into place afterwards.
     """
     folder = Path(folder)
     config = model_config(model, recipe=recipe, metrics=metrics, extra_config=extra_config)
@@ -221,7 +223,8 @@ def save_pretrained(
         if card:
             from cl_zoo.checkpoint.card import render_card
 
-            (staging / CARD_NAME).write_text(render_card(config, sections=card_sections, folder=folder))
+            (staging / CARD_NAME).write_text(
+                render_card(config, sections=card_sections, folder=card_folder if card_folder is not None else folder))
             written.append(CARD_NAME)
         # Remove weights of an earlier save that the new one does not overwrite (shard counts differ).
         for old in list(folder.glob("model*.safetensors")) + [folder / INDEX_NAME]:

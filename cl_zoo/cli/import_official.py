@@ -27,9 +27,9 @@ def import_command(format: str, checkpoint: str, out: str, arch: str | None, ori
     moco  moco_v{1,2}_*_pretrain.pth.tar (state_dict, module.encoder_q.*)
     lightly  PyTorch Lightning .ckpt of lightly's benchmarks (state_dict, backbone.*)
 
-    The file is read with torch.load(weights_only=True), or for lightly's Lightning files with a
-    restricted unpickler that rebuilds only tensors and containers and never runs code from the
-    file; every backbone tensor must be used, otherwise nothing is written.
+    The file is read with torch.load(weights_only=True) (lightly's Lightning files with their
+    AttributeDict read as a plain dict), after its archive is checked; nothing in it is imported
+    or called. Every backbone tensor must be used, otherwise nothing is written.
     """
     from cl_zoo.convert.readers import import_checkpoint
 

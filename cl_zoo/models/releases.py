@@ -467,12 +467,12 @@ for _name, _method, _paper, _script, _loss in (
             "A third-party run: lightly trained it with its own SimCLR-based benchmark recipe (batch 256, 100 epochs), "
             "not the paper's setting, so its numbers are not the paper's. Licence: lightly's repository licence "
             "(MIT, LICENSE.txt); the benchmark page states no separate terms for the checkpoints. No checksum is "
-            "published. PyTorch Lightning .ckpt, read by cl-zoo's restricted unpickler (backbone.* of state_dict)."
+            "published. PyTorch Lightning .ckpt, read with torch.load(weights_only=True) (backbone.* of state_dict)."
             if _method != "mocov2" else
             "A third-party run: lightly trained it with its own MoCo v2 benchmark recipe (batch 256, 100 epochs), "
             "not the paper's 200-epoch setting. Licence: lightly's repository licence (MIT, LICENSE.txt); the "
             "benchmark page states no separate terms for the checkpoints. No checksum is published. PyTorch "
-            "Lightning .ckpt, read by cl-zoo's restricted unpickler (backbone.* of state_dict)."
+            "Lightning .ckpt, read with torch.load(weights_only=True) (backbone.* of state_dict)."
         ),
     )
 
