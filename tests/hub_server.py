@@ -30,6 +30,7 @@ file bytes under a temporary folder, and is stopped by the fixture that started 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import re
@@ -39,7 +40,7 @@ import uuid
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 from urllib.parse import parse_qs, unquote, urlsplit
 
 MAX_BODY = 256 * 1024 * 1024
@@ -380,6 +381,37 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "GET":
             self.wfile.write(data)
+
+
+def online(monkeypatch: Any) -> None:
+    """Let this process reach the fake Hub even when it started with HF_HUB_OFFLINE=1 (as CI does).
+
+    ``huggingface_hub`` freezes HF_HUB_OFFLINE when it is first imported and ``HfApi`` checks that
+    frozen value before every request, so setting the variable alone works only if no earlier test
+    imported it. cl-zoo itself re-reads the variable on each call, so a test that sets it to 1
+    later still exercises cl-zoo's offline path.
+    """
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+@contextlib.contextmanager
+def serve(tmp_path: Path, monkeypatch: Any, token: str | None = "hf_test_token", **env: str) -> Iterator[FakeHub]:
+    """A FakeHub for one test, with the environment ``huggingface_hub`` and cl-zoo read pointed at it
+    (endpoint, a fresh cache, the token, online, no progress bars) plus ``env``; ``monkeypatch``
+    undoes it all."""
+    with FakeHub(tmp_path / "hub-storage", **({"token": token} if token else {})) as server:
+        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
+        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+        if token:
+            monkeypatch.setenv("HF_TOKEN", token)
+        online(monkeypatch)
+        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        yield server
 
 
 def main(argv: list[str] | None = None) -> int:

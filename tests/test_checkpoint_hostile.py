@@ -160,3 +160,20 @@ def test_input_size_refusal_peak_memory(saved: Path) -> None:
     assert code != 0 and done.stderr.strip().startswith("error:") and "input_size" in done.stderr
     assert (peak - base) < 200_000, f"refusing grew the process by {(peak - base) / 1024:.0f} MiB"
     print(f"input_size [3, 8192, 8192] refused: peak RSS {peak / 1024:.0f} MiB, {(peak - base) / 1024:.0f} MiB over the imports")
+
+
+def test_a_5000_digit_integer_is_one_line_in_config_index_and_header(saved: Path, tmp_path: Path) -> None:
+    """Python refuses int() of more than 4300 digits with a ValueError that is not a JSONDecodeError."""
+    huge = "9" * 5000
+    text = (saved / CONFIG_NAME).read_text()
+    (saved / CONFIG_NAME).write_text(text.replace('"num_params": ', f'"num_params": {huge}, "was": ', 1))
+    with pytest.raises(CheckpointError) as info:
+        cl_zoo.load_pretrained(saved)
+    assert "not valid JSON" in one_line(info)
+    (saved / CONFIG_NAME).write_text(text)
+    header = b'{"conv1.weight": {"dtype": "F32", "shape": [' + huge.encode() + b'], "data_offsets": [0, 4]}}'
+    (saved / WEIGHTS_NAME).write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 4)
+    edit_config(saved, lambda c: c.update(files={WEIGHTS_NAME: sha256_file(saved / WEIGHTS_NAME)}))  # as a tamperer would
+    with pytest.raises(CheckpointError) as info:
+        cl_zoo.load_pretrained(saved)
+    assert "not valid JSON" in one_line(info)

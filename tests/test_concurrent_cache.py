@@ -20,7 +20,7 @@ from cl_zoo.checkpoint import load_folder
 from cl_zoo.fileio import file_lock
 from cl_zoo.checkpoint.publish import publish_folder
 
-from hub_server import FakeHub
+from hub_server import FakeHub, online
 from test_import_official import moco_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +144,7 @@ def test_two_processes_download_one_hub_repo(tmp_path: Path, hub: FakeHub, monke
            "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
+    online(monkeypatch)
     model = cl_zoo.create_model("resnet18_cifar", width=0.125)
     folder = cl_zoo.save_pretrained(model, tmp_path / "ckpt", max_shard_size="60KB")
     publish_folder(folder, "me/tiny")

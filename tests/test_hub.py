@@ -23,7 +23,7 @@ from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.checkpoint.publish import publish_folder
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
-from hub_server import FakeHub
+from hub_server import FakeHub, online, serve
 
 TOKEN = "hf_fake_secret_token_123"
 
@@ -54,12 +54,7 @@ def closed_port() -> int:
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    with FakeHub(tmp_path / "hub-storage", token=TOKEN) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setenv("HF_TOKEN", TOKEN)
-        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with serve(tmp_path, monkeypatch, TOKEN) as server:
         yield server
 
 
@@ -173,7 +168,7 @@ def test_unreachable_hub_is_one_line(
     endpoint = f"http://127.0.0.1:{closed_port()}"
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    online(monkeypatch)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     with pytest.raises(HubError) as info:
         cl_zoo.load_pretrained("hf-hub:alice/tiny@main")

@@ -13,13 +13,11 @@ are Lightning's ``AttributeDict`` under its real module name, holding an ``argpa
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import struct
 import subprocess
 import sys
-import types
 import zipfile
 from pathlib import Path
 from typing import Any, Iterator
@@ -32,6 +30,7 @@ from torchvision.models import resnet as tv
 from cl_zoo.cli import main
 from cl_zoo.convert.readers import safe_load, safe_load_lightning
 from cl_zoo.errors import CheckpointError
+from lightning_stand_in import AttributeDict, lightning_names
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -39,34 +38,6 @@ REPO = Path(__file__).resolve().parents[1]
 # --------------------------------------------------------------------------------------------------
 # The benign file: a lightly benchmark module saved the way PyTorch Lightning 2.0 saves it
 # --------------------------------------------------------------------------------------------------
-
-
-class AttributeDict(dict):
-    """Lightning's hyper-parameter container, pickled under its real name (see :func:`lightning_names`)."""
-
-    def __getattr__(self, key: str) -> Any:
-        return self[key]
-
-
-AttributeDict.__module__ = "lightning.fabric.utilities.data"
-
-
-@contextlib.contextmanager
-def lightning_names() -> Iterator[None]:
-    """Make ``lightning.fabric.utilities.data.AttributeDict`` importable while torch.save pickles it."""
-    names = ["lightning", "lightning.fabric", "lightning.fabric.utilities", "lightning.fabric.utilities.data"]
-    saved = {n: sys.modules.get(n) for n in names}
-    for name in names:
-        sys.modules[name] = types.ModuleType(name)
-    sys.modules[names[-1]].AttributeDict = AttributeDict  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 def lightly_top(seed: int = 5) -> dict[str, Any]:

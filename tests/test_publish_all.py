@@ -20,7 +20,7 @@ import cl_zoo
 from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, WEIGHTS_NAME, sha256_file
 from cl_zoo.cli import main
 
-from hub_server import FakeHub
+from hub_server import FakeHub, serve
 from test_hub import TOKEN, assert_same_state, tiny_model
 
 NS = "zoo-test"
@@ -29,12 +29,7 @@ NAMES = ("dcl_resnet18_cifar.tiny_a", "jcl_resnet18_cifar.tiny_b", "simclr_resne
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    with FakeHub(tmp_path / "hub-storage", token=TOKEN) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setenv("HF_TOKEN", TOKEN)
-        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with serve(tmp_path, monkeypatch, TOKEN) as server:
         yield server
 
 

@@ -27,7 +27,7 @@ from cl_zoo.errors import CheckpointError
 from cl_zoo.models.releases import MIRRORS, REDISTRIBUTION, RELEASES, HubSource, Mirror, UrlSource
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
-from hub_server import FakeHub
+from hub_server import FakeHub, serve
 from test_hub import TOKEN
 from test_import_official import cacr_file
 
@@ -38,14 +38,8 @@ MIRROR_REPO = "zoo-mirrors/cacr-test"
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    with FakeHub(tmp_path / "hub-storage", token=TOKEN) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setenv("HF_TOKEN", TOKEN)
-        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path / "cl-cache"))
-        monkeypatch.delenv("CL_ZOO_OFFLINE", raising=False)
+    monkeypatch.delenv("CL_ZOO_OFFLINE", raising=False)
+    with serve(tmp_path, monkeypatch, TOKEN, CL_ZOO_CACHE=str(tmp_path / "cl-cache")) as server:
         yield server
 
 

@@ -9,8 +9,6 @@ include objects of classes defined in this module) and CACR's file served by the
 
 from __future__ import annotations
 
-import collections
-import contextlib
 import dataclasses
 import hashlib
 import json
@@ -18,9 +16,7 @@ import os
 import pickle
 import re
 import subprocess
-import sys
 import time
-import types
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -38,7 +34,8 @@ from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.models.releases import RELEASES, HubSource, UrlSource, _lightly_reported
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
-from hub_server import Commit, FakeHub, Repo
+from hub_server import Commit, FakeHub, Repo, serve
+from lightning_stand_in import AttributeDict, lightning_names
 from test_import_official import cacr_file
 
 CACR = "cacr_resnet50.in1k_official"
@@ -125,36 +122,11 @@ def test_models_and_info_show_every_method_and_each_source_with_its_page(capsys:
 # --------------------------------------------------------------------------------------------------
 
 
-class AttributeDict(dict):
-    """Lightning's hyper-parameter container, pickled under Lightning's own name (see :func:`lightning_names`)."""
-
-
-AttributeDict.__module__ = "lightning.fabric.utilities.data"
-
-
 class LoopState:
     """A class of the training program's own: no allowlist knows it."""
 
     def __init__(self) -> None:
         self.best = torch.tensor(0.42)
-
-
-@contextlib.contextmanager
-def lightning_names() -> Iterator[None]:
-    """Make ``lightning.fabric.utilities.data.AttributeDict`` importable while torch.save pickles it."""
-    names = ["lightning", "lightning.fabric", "lightning.fabric.utilities", "lightning.fabric.utilities.data"]
-    saved = {n: sys.modules.get(n) for n in names}
-    for name in names:
-        sys.modules[name] = types.ModuleType(name)
-    sys.modules[names[-1]].AttributeDict = AttributeDict  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        for name, module in saved.items():
-            if module is None:
-                sys.modules.pop(name, None)
-            else:
-                sys.modules[name] = module
 
 
 class LightlyLike(nn.Module):
@@ -314,13 +286,8 @@ def test_hand_written_reduce_opcodes_are_refused(tmp_path: Path) -> None:
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    with FakeHub(tmp_path / "hub-storage") as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path / "cl-cache"))
-        monkeypatch.delenv("CL_ZOO_OFFLINE", raising=False)
+    monkeypatch.delenv("CL_ZOO_OFFLINE", raising=False)
+    with serve(tmp_path, monkeypatch, token=None, CL_ZOO_CACHE=str(tmp_path / "cl-cache")) as server:
         yield server
 
 

@@ -24,7 +24,7 @@ from cl_zoo.checkpoint import INDEX_NAME, consolidate_weights, read_config
 from cl_zoo.checkpoint.timm_compat import TIMM_PRETRAINED_FIELDS, timm_architecture
 from cl_zoo.registry import DEFAULT_MODEL
 
-from hub_server import FakeHub
+from hub_server import FakeHub, online
 
 timm = pytest.importorskip("timm", reason="timm is in the test extra: pip install -e '.[test]'")
 
@@ -75,9 +75,10 @@ def test_timm_local_dir_gives_cl_zoo_features(folder: Path, tmp_path: Path) -> N
     torch.testing.assert_close(features(theirs, size), features(ours, size), rtol=0, atol=1e-5)
 
 
-def test_timm_hf_hub_through_the_local_hub_gives_cl_zoo_features(tmp_path: Path) -> None:
+def test_timm_hf_hub_through_the_local_hub_gives_cl_zoo_features(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from huggingface_hub import HfApi
 
+    online(monkeypatch)
     with FakeHub(tmp_path / "hub", token=TOKEN) as hub:
         api = HfApi(endpoint=hub.endpoint, token=TOKEN)
         repos = {}

@@ -18,7 +18,7 @@ from cl_zoo.checkpoint.hub import ZOO_NAMESPACE, zoo_repo_id
 from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.registry import DEFAULT_MODEL, get_pretrained, list_models
 
-from hub_server import FakeHub
+from hub_server import FakeHub, serve
 
 TOKEN = "hf_zoo_hub_token"
 CARDS = Path(__file__).resolve().parents[1] / "model_cards"
@@ -27,12 +27,7 @@ NAME = "dcl_resnet18.imagenette64_cpu"  # not the default: a wheel does not bund
 
 @pytest.fixture
 def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    with FakeHub(tmp_path / "hub-storage", token=TOKEN) as server:
-        monkeypatch.setenv("HF_ENDPOINT", server.endpoint)
-        monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-        monkeypatch.setenv("HF_TOKEN", TOKEN)
-        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-        monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    with serve(tmp_path, monkeypatch, TOKEN) as server:
         yield server
 
 

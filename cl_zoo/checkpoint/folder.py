@@ -108,7 +108,7 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise CheckpointError(f"{path} is missing") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit integer
         raise CheckpointError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from exc
     except OSError as exc:
         raise CheckpointError(f"{path} cannot be read ({exc.strerror or exc})") from exc

@@ -205,6 +205,8 @@ def read_json(path: Path) -> Any:
         raise DataError(f"cannot read {path} ({exc.strerror or exc})") from exc
     except json.JSONDecodeError as exc:
         raise DataError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
+    except (ValueError, RecursionError) as exc:  # not UTF-8, a 5000-digit integer, nesting too deep
+        raise DataError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from exc
 
 
 def load_coco(images_dir: str | os.PathLike[str], annotation_file: str | os.PathLike[str]) -> DetectionData:

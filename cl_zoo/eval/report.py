@@ -127,8 +127,8 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
         report = json.loads(path.read_text())
     except FileNotFoundError as exc:
         raise DataError(f"report not found: {path}") from exc
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise DataError(f"{path} is not valid JSON ({exc})") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit integer
+        raise DataError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from exc
     if not isinstance(report, dict) or report.get("format") != "cl-zoo-eval":
         raise DataError(f"{path} is not a cl-zoo evaluation report (no \"format\": \"cl-zoo-eval\")")
     if not isinstance(report.get("metrics"), dict) or not report["metrics"]:
