@@ -109,3 +109,18 @@ def test_an_imported_checkpoints_card_names_its_folder_and_quotes_file_keys_on_o
     assert [line for line in card.splitlines() if line.startswith("## ")].count("## How to load") == 1
     assert len(usage_blocks(card)) == 1 and "PWNED" not in section_text(card)
     assert "hf-hub:alice/imported" in card_for_repo(out, "alice/imported")
+
+
+def test_card_update_without_a_report_restores_the_generated_section(folder: Path, tmp_path: Path, capsys) -> None:
+    """The way out the publish refusal names: re-render the card from config.json, hand sections kept."""
+    original = (folder / CARD_NAME).read_text(encoding="utf-8")
+    hostile_card(folder, tmp_path / "pwned")
+    edited = (folder / CARD_NAME).read_text(encoding="utf-8") + "\n## Notes from the author\n\nTrained on my laptop.\n"
+    (folder / CARD_NAME).write_text(edited, encoding="utf-8")
+    with pytest.raises(CheckpointError, match=r"cl-zoo card-update"):
+        card_for_repo(folder, "alice/tiny")
+    assert main(["card-update", str(folder)]) == 0
+    card = (folder / CARD_NAME).read_text(encoding="utf-8")
+    assert section_text(card) == section_text(original) and "Trained on my laptop." in card
+    card_for_repo(folder, "alice/tiny")
+    assert not (tmp_path / "pwned").exists()

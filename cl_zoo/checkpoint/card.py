@@ -500,6 +500,23 @@ def render_card(
     return "\n".join(parts)
 
 
+def rerender_card(folder: str | os.PathLike[str]) -> Path:
+    """Re-write a checkpoint folder's README.md from its config.json, keeping its hand-added sections.
+
+    What a user runs after editing a card by hand (``cl-zoo card-update FOLDER``): ``cl-zoo
+    publish`` accepts only the "How to load" section cl-zoo generates, and this restores it.
+    """
+    from cl_zoo.checkpoint.folder import CARD_NAME, read_config
+    from cl_zoo.fileio import atomic_write_text
+
+    folder = Path(folder)
+    config = read_config(folder)
+    card = folder / CARD_NAME
+    kept = extra_sections(card.read_text(encoding="utf-8", errors="replace")) if card.is_file() else {}
+    atomic_write_text(card, render_card(config, sections=kept, folder=folder), mkdir=False)
+    return card
+
+
 def parse_front_matter(text: str) -> dict[str, Any]:
     """The YAML front matter of a card (raises ValueError when absent or malformed)."""
     if not text.startswith("---"):

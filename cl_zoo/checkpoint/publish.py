@@ -155,8 +155,8 @@ def card_for_repo(
     if not matching:
         raise CheckpointError(
             f"{card}: its '## {USAGE_SECTION}' section is not the one cl-zoo generates from config.json "
-            f"(loading {' or '.join(names)}); cl-zoo does not run a card's own code: re-render the card "
-            "(cl_zoo.save_pretrained or cl-zoo card-update), or review it and pass --run-card-code"
+            f"(loading {' or '.join(names)}); cl-zoo does not run a card's own code: re-render it with "
+            f"`cl-zoo card-update {folder}`, or review it and pass --run-card-code"
         )
     # cl-zoo's own snippet, built from config.json, not the folder's text.
     check_usage(f"## {USAGE_SECTION}\n\n{how_to_load(config, names[0], folder)}\n", folder, repo_id=repo_id,

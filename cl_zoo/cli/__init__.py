@@ -26,7 +26,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "pretrain": ("cl_zoo.cli.pretrain", "Self-supervised pretraining with one of the zoo's methods."),
     "knn": ("cl_zoo.cli.evaluate", "Weighted kNN classification of a model's features."),
     "linear-eval": ("cl_zoo.cli.evaluate", "Linear probe of a frozen model (fast, paper or small-scale protocol)."),
-    "card-update": ("cl_zoo.cli.evaluate", "Write an evaluation report's metrics into a checkpoint folder."),
+    "card-update": ("cl_zoo.cli.evaluate", "Write an evaluation report's metrics into a checkpoint folder, or re-render its card."),
     "export": ("cl_zoo.cli.export", "Export a backbone for detectron2, torchvision or timm."),
     "detect": ("cl_zoo.cli.detect", "Detection transfer: fine-tune a backbone with Faster R-CNN."),
     "import": ("cl_zoo.cli.import_official", "Convert an author-released checkpoint into the zoo format."),

@@ -255,11 +255,21 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
 
 @click.command("card-update")
 @click.argument("folder", type=click.Path(file_okay=False))
-@click.argument("report", type=click.Path(dir_okay=False))
+@click.argument("report", type=click.Path(dir_okay=False), required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the updated metrics as JSON.")
-def card_update_command(folder: str, report: str, as_json: bool) -> None:
-    """Write a report's metrics into FOLDER's config.json and model card (model-index)."""
+def card_update_command(folder: str, report: str | None, as_json: bool) -> None:
+    """Write a report's metrics into FOLDER's config.json and model card (model-index).
+
+    Without REPORT, re-render FOLDER's README.md from its config.json (hand-added sections kept):
+    the How to load section `cl-zoo publish` accepts is the one cl-zoo generates.
+    """
     from cl_zoo.eval.report import update_card
+
+    if report is None:
+        from cl_zoo.checkpoint.card import rerender_card
+
+        click.echo(f"re-rendered {rerender_card(folder)} from {Path(folder) / 'config.json'}")
+        return
 
     metrics = update_card(folder, report)
     if as_json:
