@@ -272,6 +272,14 @@ def test_feature_cache_tells_apart_copies_with_equal_file_names(tmp_path, cache)
     again = split_features(model, b, workers=0)
     assert again.cached and np.array_equal(np.asarray(again.features), fb.features)
     assert not np.array_equal(fa.features, fb.features)
+    # A cache entry damaged after it was written (NaN, another dtype) is recomputed, not served.
+    damaged = np.array(fb.features, dtype=np.float32)
+    damaged[1, 2] = np.nan
+    np.save(fb.path, damaged)
+    again = split_features(model, b, workers=0)
+    assert not again.cached and np.isfinite(again.features).all()
+    np.save(fb.path, np.asarray(fb.features, dtype=np.float64))
+    assert not split_features(model, b, workers=0).cached
 
 
 # --------------------------------------------------------------------------------------------

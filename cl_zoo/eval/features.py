@@ -285,7 +285,10 @@ def split_features(
     if cache and path.is_file():
         try:
             feats = np.load(path, mmap_mode="r")
-            if feats.ndim == 2 and feats.shape[0] == len(data.paths):
+            # A copied or damaged cache entry is recomputed, never served: shape, dtype and finiteness
+            # (checked in blocks, so a memory-mapped entry is not copied whole).
+            if (feats.ndim == 2 and feats.shape[0] == len(data.paths) and feats.dtype == np.float32
+                    and all(np.isfinite(feats[i:i + 65536]).all() for i in range(0, feats.shape[0], 65536))):
                 return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, True,
                                   time.perf_counter() - start, path, resolved, choice.name)
         except (OSError, ValueError):
