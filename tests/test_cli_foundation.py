@@ -110,3 +110,24 @@ def test_real_process_exit_code_and_no_traceback(tmp_path: Path) -> None:
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.strip().startswith("error: ") and "Traceback" not in proc.stderr
+
+
+def test_warnings_are_one_warning_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A command's warning (a folder walk that skipped symlink repeats, say) reads like an error line."""
+    import warnings
+
+    import cl_zoo.cli as cli_module
+
+    def warns(*args: object, **kwargs: object) -> int:
+        warnings.warn("data/: skipped 2 linked folders already walked\n(symlink repeats or loops)", stacklevel=2)
+        return 0
+
+    monkeypatch.setattr(cli_module.cli, "main", warns)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        # Python's default display (pytest records warnings instead): write formatwarning's text.
+        warnings.showwarning = lambda m, c, f, n, file=None, line=None: sys.stderr.write(warnings.formatwarning(m, c, f, n, line))
+        assert cli_module.main(["models"]) == 0
+    err = capsys.readouterr().err
+    assert err == "warning: data/: skipped 2 linked folders already walked (symlink repeats or loops)\n"
+    assert warnings.formatwarning is not cli_module.format_warning  # restored after the command

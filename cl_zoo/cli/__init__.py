@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 import click
 
@@ -59,8 +60,22 @@ def cli() -> None:
     """cl-zoo: contrastive self-supervised vision models, from pretraining to detection transfer."""
 
 
+def format_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, line: str | None = None) -> str:
+    """A warning as the CLI shows it: one ``warning:`` line, like errors (no file, line or source)."""
+    return f"warning: {' '.join(str(message).split())}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning user errors into one line and a non-zero exit."""
+    shown_as = warnings.formatwarning
+    warnings.formatwarning = format_warning  # type: ignore[assignment]
+    try:
+        return _run(argv)
+    finally:
+        warnings.formatwarning = shown_as
+
+
+def _run(argv: list[str] | None) -> int:
     try:
         result = cli.main(args=argv, prog_name="cl-zoo", standalone_mode=False)
     except click.exceptions.Abort:
