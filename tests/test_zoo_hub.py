@@ -114,3 +114,18 @@ def test_a_zoo_card_published_under_another_namespace_names_that_repo() -> None:
     card = card_for_repo(CARDS / NAME, f"zoo-mirror/{NAME}")
     assert f"timm.create_model('hf-hub:zoo-mirror/{NAME}'" in card
     assert f"hf-hub:{ZOO_NAMESPACE}/" not in card
+
+
+def test_info_lists_the_sources_in_the_order_they_are_tried(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    from cl_zoo.cli import main
+    from cl_zoo.models import releases
+
+    monkeypatch.setenv("CL_ZOO_HUB_NAMESPACE", "zoo-mirror")
+    assert main(["info", NAME]) == 0
+    out = capsys.readouterr().out
+    assert out.index("1. bundled: ") < out.index(f"2. hf-hub:zoo-mirror/{NAME} (sha256-pinned)")
+    release = "cacr_resnet50.in1k_official"
+    monkeypatch.setitem(releases.MIRRORS, release, releases.Mirror(repo_id="zoo-mirror/cacr", sha256={"model.safetensors": "0" * 64}))
+    assert main(["info", release]) == 0
+    out = capsys.readouterr().out
+    assert out.index("https://drive.google.com") < out.index("mirror hf-hub:zoo-mirror/cacr (sha256-pinned)")

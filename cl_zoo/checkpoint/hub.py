@@ -37,7 +37,7 @@ from cl_zoo.registry import DEFAULT_MODEL
 from cl_zoo.fileio import file_lock
 
 if TYPE_CHECKING:
-    from cl_zoo.registry import PretrainedEntry
+    from cl_zoo.registry import PretrainedCfg, PretrainedEntry
 
 HUB_PREFIX = "hf-hub:"
 # The Hub namespace (user or organisation) of the zoo's own checkpoints: every registered zoo model
@@ -172,6 +172,13 @@ def load_hub(source: str, sha256: dict[str, str] | None = None, cache_dir: str |
     return model
 
 
+def registered_repo_id(cfg: "PretrainedCfg") -> str | None:
+    """The Hub repo a registered entry is read from now: the zoo's own follow CL_ZOO_HUB_NAMESPACE."""
+    if cfg.hf_hub_id and cfg.bundled and cfg.hf_hub_id == f"{ZOO_NAMESPACE}/{cfg.bundled}":
+        return zoo_repo_id(cfg.bundled)
+    return cfg.hf_hub_id
+
+
 def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
     """Load a registered pretrained model from the first source that works."""
     cfg = entry.cfg
@@ -187,10 +194,7 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
             tried.append(f"bundled {folder} ({exc})")
     elif cfg.bundled:
         tried.append(f"model_cards/{cfg.bundled} is not bundled with this install (a wheel ships only {DEFAULT_MODEL})")
-    if cfg.hf_hub_id:
-        repo_id = cfg.hf_hub_id
-        if cfg.bundled and repo_id == f"{ZOO_NAMESPACE}/{cfg.bundled}":
-            repo_id = zoo_repo_id(cfg.bundled)  # the zoo's own repo: CL_ZOO_HUB_NAMESPACE may move it
+    if (repo_id := registered_repo_id(cfg)) is not None:
         try:
             model = load_hub(HUB_PREFIX + repo_id + (f"@{cfg.revision}" if cfg.revision else ""), cfg.sha256 or None)
             model.model_name = entry.name

@@ -28,8 +28,8 @@ def _arch_stats(arch: str, kwargs_json: str) -> tuple[int, int]:
 
 def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, Any]]:
     """One dict per registered name: the data behind the table and ``--json``."""
-    from cl_zoo.checkpoint.hub import find_bundled
-    from cl_zoo.models.releases import RELEASES
+    from cl_zoo.checkpoint.hub import find_bundled, registered_repo_id
+    from cl_zoo.models.releases import MIRRORS, RELEASES
     from cl_zoo.registry import find_pretrained, get_arch, list_models
 
     rows = []
@@ -43,13 +43,16 @@ def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, A
         params, features = _arch_stats(arch, json.dumps(kwargs, sort_keys=True))
         sources: list[dict[str, str | None]] = []  # in the order they are tried; releases add the page's words
         if kind == "pretrained":
-            if cfg.bundled and find_bundled(cfg.bundled) is not None:
-                sources.append({"source": "bundled", "page": None})
-            if cfg.hf_hub_id:
-                sources.append({"source": f"hf-hub:{cfg.hf_hub_id}" + (f"@{cfg.revision}" if cfg.revision else ""),
-                                "page": None})
+            if cfg.bundled and (folder := find_bundled(cfg.bundled)) is not None:
+                sources.append({"source": f"bundled: {folder}", "page": None})
+            if (repo_id := registered_repo_id(cfg)) is not None:
+                pinned = "sha256-pinned" if cfg.sha256 else "unpinned"
+                sources.append({"source": f"hf-hub:{repo_id}" + (f"@{cfg.revision}" if cfg.revision else "")
+                                + f" ({pinned})", "page": None})
             if name in RELEASES:  # a published release: each source with the page it was copied from
                 sources += [{"source": s.describe(), "page": s.page, "quote": s.quote} for s in RELEASES[name].sources]
+                if name in MIRRORS:  # a recorded mirror comes after the publisher's own sources
+                    sources.append({"source": f"mirror hf-hub:{MIRRORS[name].repo_id} (sha256-pinned)", "page": None})
             elif cfg.url:
                 sources.append({"source": cfg.url, "page": None})
         rows.append(
