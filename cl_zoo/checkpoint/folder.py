@@ -413,6 +413,7 @@ def load_state_into(
         if unexpected:
             parts.append(messages.unexpected.format(n=len(unexpected), first=unexpected[0]))
         raise CheckpointError(messages.keys.format(problems="; ".join(parts), **fmt))
+    converted: dict[str, torch.Tensor] = {}
     for key, tensor in state.items():
         if tuple(tensor.shape) != tuple(expected[key].shape):
             raise CheckpointError(messages.shape.format(
@@ -422,14 +423,15 @@ def load_state_into(
             raise CheckpointError(messages.dtype.format(
                 key=key, dtype=str(tensor.dtype).replace("torch.", ""),
                 expected="a floating-point tensor" if want.is_floating_point else str(want).replace("torch.", ""), **fmt))
-        # Finite in the dtype the model runs in: 1e300 is a finite float64 and inf as float32.
-        if check_finite and tensor.is_floating_point() and not torch.isfinite(tensor.to(want)).all():
+        # Cast once; finiteness is checked on the cast value, in the dtype the model runs in (1e300
+        # is a finite float64 and inf as float32).
+        converted[key] = tensor.to(want) if tensor.is_floating_point() else tensor
+        if check_finite and tensor.is_floating_point() and not torch.isfinite(converted[key]).all():
             raise CheckpointError(messages.not_finite.format(key=key, **fmt))
         # A negative running variance puts the square root of a negative number in every forward.
         if check_finite and key.endswith("running_var") and bool((tensor < 0).any()):
             raise CheckpointError(messages.negative_variance.format(key=key, **fmt))
     cast = sum(1 for k, v in state.items() if v.is_floating_point() and v.dtype != expected[k].dtype)
-    converted = {k: v.to(expected[k].dtype) if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(converted, strict=True)
     return cast
 
