@@ -5,9 +5,7 @@ variances and preprocessing sizes that would allocate gigabytes. Each is refused
 
 from __future__ import annotations
 
-import json
 import os
-import resource
 import subprocess
 import sys
 import textwrap
@@ -23,51 +21,22 @@ from cl_zoo.checkpoint.checks import MAX_INPUT_SIDE
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
 
+from test_checkpoint_untrusted import edit_config, fake_cache_repo, repin, saved, tiny  # noqa: F401 (saved: a fixture)
+
 PHOTOS = Path(__file__).resolve().parents[1] / "examples" / "photos"
-
-
-def tiny() -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = cl_zoo.create_model("resnet18_cifar", width=0.125)
-    model.pretrained_cfg.input_size = (3, 16, 16)
-    return model
-
-
-@pytest.fixture
-def saved(tmp_path: Path) -> Path:
-    return cl_zoo.save_pretrained(tiny(), tmp_path / "ckpt")
-
-
-def edit_config(folder: Path, change) -> None:  # type: ignore[no-untyped-def]
-    config = json.loads((folder / CONFIG_NAME).read_text())
-    change(config)
-    (folder / CONFIG_NAME).write_text(json.dumps(config))
 
 
 def replace_weights(folder: Path, change) -> None:  # type: ignore[no-untyped-def]
     state = load_file(str(folder / WEIGHTS_NAME))
     change(state)
     save_file(state, str(folder / WEIGHTS_NAME), metadata={"format": "pt"})
-    edit_config(folder, lambda c: c.update(files={WEIGHTS_NAME: sha256_file(folder / WEIGHTS_NAME)}))
+    repin(folder)
 
 
 def one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
     text = str(exc.value)
     assert "\n" not in text and len(text) < 600, text
     return text
-
-
-def fake_cache_repo(root: Path, saved: Path) -> tuple[Path, Path]:
-    """A huggingface_hub-shaped snapshot of ``saved`` under ``root`` (files linked into ../../blobs)."""
-    repo = root / "models--me--tiny"
-    snap = repo / "snapshots" / "abc123"
-    snap.mkdir(parents=True)
-    (repo / "blobs").mkdir()
-    for f in saved.iterdir():
-        blob = repo / "blobs" / (f.name + ".blob")
-        os.replace(f, blob)
-        (snap / f.name).symlink_to(os.path.relpath(blob, snap))
-    return repo, snap
 
 
 def test_blobs_linked_to_the_root_cannot_reach_dev_zero(saved: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -176,10 +176,9 @@ def test_symlink_leading_out_is_refused(saved, tmp_path, watcher):
     assert watcher.opened == []
 
 
-def test_hub_cache_layout_links_into_its_own_blobs_only(saved, tmp_path, monkeypatch):
-    """A huggingface_hub snapshot links every file to ../../blobs: allowed for its own repo only."""
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    repo = tmp_path / "hub" / "models--me--tiny"
+def fake_cache_repo(root: Path, saved: Path) -> tuple[Path, Path]:
+    """A huggingface_hub-shaped snapshot of ``saved`` under ``root``: every file linked into ../../blobs."""
+    repo = root / "models--me--tiny"
     snap = repo / "snapshots" / "abc123"
     snap.mkdir(parents=True)
     (repo / "blobs").mkdir()
@@ -187,6 +186,13 @@ def test_hub_cache_layout_links_into_its_own_blobs_only(saved, tmp_path, monkeyp
         blob = repo / "blobs" / (f.name + ".blob")
         os.replace(f, blob)
         (snap / f.name).symlink_to(os.path.relpath(blob, snap))
+    return repo, snap
+
+
+def test_hub_cache_layout_links_into_its_own_blobs_only(saved, tmp_path, monkeypatch):
+    """A huggingface_hub snapshot links every file to ../../blobs: allowed for its own repo only."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    repo, snap = fake_cache_repo(tmp_path / "hub", saved)
     loaded = cl_zoo.load_pretrained(snap)
     torch.testing.assert_close(loaded.state_dict()["conv1.weight"], tiny().state_dict()["conv1.weight"])
     other = tmp_path / "hub" / "models--someone--else" / "blobs"

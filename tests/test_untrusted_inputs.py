@@ -8,7 +8,6 @@ non-zero exit, and must leave existing outputs untouched.
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import json
 import shutil
@@ -28,24 +27,11 @@ from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.search import build_index, load_index, save_index
 from cl_zoo.train.recipe import RECIPES_DIR, Recipe
 
+from test_embed import model_dir, tiny_model  # noqa: F401 (model_dir: a fixture)
+
 DATA = Path(__file__).parent / "data" / "embed"
 PHOTOS = ["photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp"]
 ODD_NAMES = ["line\nbreak.jpg", "carriage\rreturn.png", "para\u2028sep.webp", "plain.JPEG"]
-
-
-def tiny_model() -> torch.nn.Module:
-    """A random quarter-width ResNet-18 fed 32 px crops (as in test_embed)."""
-    model = cl_zoo.create_model("resnet18", width=0.25)
-    model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, input_size=(3, 32, 32), crop_pct=0.875)
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("model") / "tiny"
-    torch.manual_seed(0)
-    cl_zoo.save_pretrained(tiny_model(), folder)
-    return folder
 
 
 @pytest.fixture(scope="module")
