@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,7 @@ import pytest
 import torch
 
 import cl_zoo
-from cl_zoo.checkpoint import INDEX_NAME, consolidate_weights, read_config
+from cl_zoo.checkpoint import INDEX_NAME, read_config
 from cl_zoo.checkpoint.timm_compat import TIMM_PRETRAINED_FIELDS, timm_architecture
 from cl_zoo.registry import DEFAULT_MODEL
 
@@ -32,10 +31,9 @@ REPO = Path(__file__).resolve().parents[1]
 CARDS = REPO / "model_cards"
 FOLDERS = sorted(p for p in CARDS.iterdir() if (p / "config.json").is_file())
 TIMM_FOLDERS = [p for p in FOLDERS if timm_architecture(read_config(p))]
-# Folders whose weights are still the 15 MB shards of format 1: timm reads only model.safetensors, so
-# they are checked on a copy re-laid out by consolidate_weights (same tensors) until
-# scripts/relayout_model_cards.py rewrites them (each costs ~22 MB of git history; see the README).
-PENDING_RELAYOUT = {p.name for p in TIMM_FOLDERS if (p / INDEX_NAME).is_file()}
+# Every timm-architecture folder is re-laid out as one model.safetensors (scripts/relayout_model_cards.py);
+# timm reads no shard index, so a folder that is sharded again fails test_the_resnet_folders_are_timm_folders.
+SHARDED = {p.name for p in TIMM_FOLDERS if (p / INDEX_NAME).is_file()}
 TOKEN = "hf_timm_test_token"
 
 
@@ -45,30 +43,20 @@ def features(model: torch.nn.Module, size: int) -> torch.Tensor:
         return model.eval()(torch.randn(2, 3, size, size))
 
 
-def timm_ready(folder: Path, tmp_path: Path) -> Path:
-    if folder.name not in PENDING_RELAYOUT:
-        return folder
-    copy = tmp_path / folder.name
-    shutil.copytree(folder, copy)
-    consolidate_weights(copy)
-    return copy
-
-
 def test_the_resnet_folders_are_timm_folders() -> None:
     assert TIMM_FOLDERS, "no timm-loadable folder under model_cards/"
     for folder in FOLDERS:
         config = json.loads((folder / "config.json").read_text())
         assert set(config["pretrained_cfg"]) <= TIMM_PRETRAINED_FIELDS, folder.name
         assert config["num_classes"] == 0 and config["num_features"] > 0
-    assert {p.name for p in TIMM_FOLDERS} >= {DEFAULT_MODEL} - PENDING_RELAYOUT
-    assert DEFAULT_MODEL not in PENDING_RELAYOUT, "the default ships in the wheel: it must be timm-ready"
+    assert DEFAULT_MODEL in {p.name for p in TIMM_FOLDERS}, "the default ships in the wheel: it must be timm-ready"
+    assert not SHARDED, f"timm reads one model.safetensors; re-lay out {sorted(SHARDED)}"
 
 
 @pytest.mark.parametrize("folder", TIMM_FOLDERS, ids=lambda p: p.name)
 def test_timm_local_dir_gives_cl_zoo_features(folder: Path, tmp_path: Path) -> None:
-    target = timm_ready(folder, tmp_path)
     ours = cl_zoo.load_pretrained(folder)
-    theirs = timm.create_model(f"local-dir:{target}", pretrained=True)
+    theirs = timm.create_model(f"local-dir:{folder}", pretrained=True)
     size = ours.pretrained_cfg.input_size[-1]
     assert theirs.num_features == ours.num_features
     assert tuple(theirs.pretrained_cfg["input_size"]) == tuple(ours.pretrained_cfg.input_size)
@@ -85,7 +73,7 @@ def test_timm_hf_hub_through_the_local_hub_gives_cl_zoo_features(tmp_path: Path,
         for folder in TIMM_FOLDERS:
             repo_id = f"timm-test/{folder.name}"
             api.create_repo(repo_id, exist_ok=True)
-            api.upload_folder(repo_id=repo_id, folder_path=str(timm_ready(folder, tmp_path)))
+            api.upload_folder(repo_id=repo_id, folder_path=str(folder))
             repos[repo_id] = str(folder)
         script = """
 import json, sys, timm, torch, cl_zoo

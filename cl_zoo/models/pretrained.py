@@ -63,23 +63,19 @@ _cpu_tier("dcl", "resnet18", {
     "model.safetensors": "780fe820e3ac3bcaefa2bd34465eaa9675f08fa14ca681cd85e349288bb5952f",
 }, {"imagenette_knn_k20_top1": 0.5712, "imagenette_knn_k200_top1": 0.5669, "imagenette_linear_fast_top1": 0.6145})
 _cpu_tier("mocov2", "resnet18", {
-    "model-00001-of-00002.safetensors": "01b731169f4e48d34425e9eaeb5e895217a1f33e401ee130a13c6191d43a696b",
-    "model-00002-of-00002.safetensors": "c48c9383395471dd252c70b51446d7c94e1525dd170cf3ebfff94f9423015fdf",
+    "model.safetensors": "7928dd5c6625c0e5473be916ab4f13b602964d8bd0566dbf9200fcbc13c90666",
 }, {"imagenette_knn_k20_top1": 0.4785, "imagenette_knn_k200_top1": 0.4759, "imagenette_linear_fast_top1": 0.532})
 _cpu_tier("simclr", "resnet18", {
     "model.safetensors": "72f33dad9f61e90ba37fbad208a325d97ba25cf0ba00aa758b3f10590e9ed7e0",
 }, {"imagenette_knn_k20_top1": 0.4716, "imagenette_knn_k200_top1": 0.4678, "imagenette_linear_fast_top1": 0.5381})
 _cpu_tier("dclw", "resnet18", {
-    "model-00001-of-00002.safetensors": "76ce16f3862adcdc892e032ff87b765aa2fd173d6b70f68e88245faeb533bba6",
-    "model-00002-of-00002.safetensors": "b13293f383fac6348ace770a14205550f453780513780113863683e386934134",
+    "model.safetensors": "7de0dbd33bbd18cc8bc106565bf043fcc767fc19e6070b496e4bb8f768132353",
 }, {"imagenette_knn_k20_top1": 0.5501, "imagenette_knn_k200_top1": 0.5511, "imagenette_linear_fast_top1": 0.5944})
 _cpu_tier("jcl", "resnet18", {
-    "model-00001-of-00002.safetensors": "725f17da0cd4784c3179374d9b4e855e059187e680435c7efd4caef1d7cce67b",
-    "model-00002-of-00002.safetensors": "96125db7529645b10c3c7c4d25b41fb50405fbd41136309aa079e24f334f96a8",
+    "model.safetensors": "fbcf1179c3084d7247a03aa1f014abdf2429ebc964e0cc6f63d86a0cdda9d56c",
 }, {"imagenette_knn_k20_top1": 0.4645, "imagenette_knn_k200_top1": 0.4655, "imagenette_linear_fast_top1": 0.5215})
 _cpu_tier("simo", "resnet18", {
-    "model-00001-of-00002.safetensors": "3c23b5efbe1f06d29e3030ca5ec24ee138b189b479736d746fc47f9bc0800c82",
-    "model-00002-of-00002.safetensors": "ad5085b80a38300a04171a9692795248c1dcf253f7851d0ae2333dd643962372",
+    "model.safetensors": "c282737266383a471cd8a9bd616c5b04ddd6a53330fd12df60081679b2bd21ef",
 }, {"imagenette_knn_k20_top1": 0.4953, "imagenette_knn_k200_top1": 0.4775, "imagenette_linear_fast_top1": 0.5455})
 # CMC's L/ab pair (cmc_resnet18_lab): the zoo's embed/knn/linear-eval take it; torchvision, timm and
 # detectron2 cannot (neither half takes RGB), so it cannot be the default, which must export.
