@@ -30,7 +30,7 @@ import shutil
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -228,6 +228,7 @@ class FeatureResult:
     precision: str = "fp32"  # what ran: fp32, bf16 or fp16 ("auto" resolved)
     backend: str = "torch"  # what ran: torch or openvino
     backend_reason: str = ""  # why that backend (printed once by commands)
+    quantization: dict[str, Any] | None = None  # int8 asked for: calibration, fidelity, whether it ran
 
     @property
     def images_per_second(self) -> float:
@@ -432,6 +433,10 @@ def extract_features(
     chunk_batches: int | None = None,
     fuse: bool = True,
     max_batches: int | None = None,
+    calibration: Sequence[str] | None = None,
+    calibration_size: int | None = None,
+    calibration_seed: int = 0,
+    force_int8: bool = False,
 ) -> FeatureResult:
     """Embed ``paths`` (kept in the given order) with ``model``; bad files become ``failures``.
 
@@ -444,6 +449,12 @@ def extract_features(
     ``precision`` (``auto``, ``fp32``, ``bf16``, ``fp16``) and ``backend`` (``auto``, ``torch``,
     ``openvino``) are resolved for the device (:mod:`cl_zoo.precision`, :mod:`cl_zoo.backends`);
     the result says what ran. A model OpenVINO cannot convert runs on torch with a one-line warning.
+
+    ``precision="int8"`` quantizes with NNCF on ``calibration_size`` images (default 512) drawn by
+    ``calibration_seed`` from ``calibration`` (default: ``paths`` themselves), and uses the int8
+    model only if it passes its fidelity gate on the held-out half (:mod:`cl_zoo.backends.int8`);
+    otherwise it warns in one line and runs the float precision ``auto`` picks, unless
+    ``force_int8``. ``result.quantization`` records the calibration and the measurement.
     """
     start = time.perf_counter()
     paths = [os.fspath(p) for p in paths]
@@ -465,7 +476,14 @@ def extract_features(
     fingerprint = model_fingerprint(model) if progress_dir is not None or backend != "torch" else None
     precision, choice = resolve_engine(model, dev, precision, backend, len(paths), fingerprint)
     runner, backend_name, backend_reason = None, choice.name, choice.reason
-    if choice.name == "openvino" and len(paths):
+    quantization = None
+    if precision == "int8" and len(paths):
+        runner, precision, backend_reason, quantization = _int8_runner(
+            model, fingerprint or model_fingerprint(model), preprocess, paths if calibration is None else calibration,
+            calibration_size, calibration_seed, force_int8, workers, dev,
+        )
+        backend_name = "openvino"
+    elif choice.name == "openvino" and len(paths):
         runner, backend_reason = _openvino_runner(model, fingerprint or model_fingerprint(model), preprocess, precision)
         backend_name = "openvino" if runner is not None else "torch"
     chunk_batches = chunk_batches or max(1, 1024 // batch_size)
@@ -476,6 +494,8 @@ def extract_features(
     done: dict[int, _Chunk] = {}
     if folder is not None:
         manifest = _manifest(paths, model, preprocess, batch_size, chunk_size, precision, dev, backend_name, fingerprint)
+        if quantization is not None and quantization["ran"]:
+            manifest["int8_calibration_sha256"] = quantization["calibration_sha256"]  # another calibration = other features
         _open_progress(folder, manifest, resume, force, rank, world)
         if resume:
             for k in range(n_chunks):
@@ -507,6 +527,7 @@ def extract_features(
         _barrier(world)  # every rank has read every part before rank 0 may delete them
     result = _assemble(paths, done, n_chunks, time.perf_counter() - start, computed, resumed)
     result.precision, result.backend, result.backend_reason = precision, backend_name, backend_reason
+    result.quantization = quantization
     return result
 
 
@@ -552,6 +573,67 @@ def _openvino_runner(model: nn.Module, fingerprint: str, preprocess: Preprocess,
     return runner, "converted now" if runner.converted else "compiled from the cache"
 
 
+def _int8_runner(
+    model: nn.Module, fingerprint: str, preprocess: Preprocess, candidates: Sequence[str], size: int | None, seed: int,
+    force: bool, workers: int, dev: torch.device,
+) -> tuple[Any, str, str, dict[str, Any]]:
+    """(runner, precision that runs, why, quantization record) for ``precision="int8"``.
+
+    A failed gate (or too few images to measure one) warns once and falls back to the float
+    precision ``auto`` picks on OpenVINO; ``force`` keeps int8 and says so in the record.
+    """
+    from cl_zoo.backends.int8 import CALIBRATION_SIZE, Int8Rejected, calibration_sample, pixels_digest
+    from cl_zoo.backends.openvino import OpenVINORunner
+    from cl_zoo.precision import resolve_precision, usable_cores
+
+    chosen = calibration_sample([os.fspath(p) for p in candidates], CALIBRATION_SIZE if size is None else size, seed)
+    pixels = decode_images(chosen, preprocess, workers)
+    if len(pixels) == 0:
+        raise DataError(f"none of the {len(chosen)} calibration images could be read")
+    record: dict[str, Any] = {
+        "calibration_images": len(pixels), "calibration_seed": seed, "calibration_sha256": pixels_digest(pixels),
+        "forced": bool(force), "recipe": "NNCF post-training quantization, PERFORMANCE preset, min/max activation ranges, full bias correction",
+    }
+    try:
+        import nncf
+
+        record["nncf"] = nncf.__version__
+        runner = OpenVINORunner(
+            model, fingerprint=fingerprint, input_hw=preprocess.crop_size, mean=preprocess.mean, std=preprocess.std,
+            precision="int8", threads=usable_cores(), calibration=pixels, force_int8=force,
+        )
+    except Int8Rejected as exc:
+        fallback = resolve_precision("auto", dev)
+        if exc.fidelity is not None:
+            record["fidelity"] = {**asdict(exc.fidelity), "passed": False}
+        record["ran"] = False
+        reason = f"int8 rejected: {exc.reason}; running {fallback} instead (--force-int8 keeps int8)"
+        warnings.warn(reason, stacklevel=3)
+        runner, why = _openvino_runner(model, fingerprint, preprocess, fallback)
+        if runner is None:
+            raise ClZooError(f"{reason}, but OpenVINO cannot run this model ({why})") from None
+        return runner, fallback, reason, record
+    record["ran"] = True
+    if runner.fidelity is not None:
+        record["fidelity"] = {**asdict(runner.fidelity), "passed": runner.fidelity.passed}
+        why = ("forced; " if force and not runner.fidelity.passed else "") + runner.fidelity.describe()
+    else:
+        why = f"forced; {len(pixels)} calibration images are too few to measure fidelity"
+    made = "quantized now" if runner.quantized else "int8 model from the cache"
+    return runner, "int8", f"{made}; {why}", record
+
+
+def decode_images(paths: Sequence[str], preprocess: Preprocess, workers: int = 0) -> np.ndarray:
+    """uint8 NHWC pixels of the ``paths`` that decode (in order), preprocessed as for embedding."""
+    loader = torch.utils.data.DataLoader(
+        _ImageList(list(paths), preprocess), batch_size=64, num_workers=min(workers, max(1, len(paths) // 64)),
+        collate_fn=_collate,
+    )
+    parts = [pixels.numpy() for _, pixels, _ in loader if pixels is not None]
+    h, w = preprocess.crop_size
+    return np.concatenate(parts) if parts else np.zeros((0, h, w, 3), np.uint8)
+
+
 def _run_batches(
     model: nn.Module,
     paths: list[str],
@@ -592,7 +674,7 @@ def _run_batches(
     )
     computed = 0
     try:
-        with torch.inference_mode(), _autocast(dev, precision):
+        with torch.inference_mode(), _autocast(dev, "fp32" if runner is not None else precision):
             for n, (indices, pixels, failed) in enumerate(loader):
                 if max_batches is not None and n >= max_batches:
                     raise KeyboardInterrupt(f"stopped after {max_batches} batches")
@@ -667,6 +749,8 @@ def embed(
     precision: str = "auto",
     backend: str = "auto",
     progress: bool = False,
+    calibration: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None,
+    force_int8: bool = False,
 ) -> tuple[np.ndarray, list[str]]:
     """Embed image files, folders or path lists; returns float32 ``[N, D]`` and the N paths.
 
@@ -675,14 +759,19 @@ def embed(
     (``cl_zoo.registry.DEFAULT_MODEL``). Files that cannot be decoded are left out with a warning;
     if none can, :class:`DataError` is raised. ``precision``/``backend`` ``auto`` pick bf16 and
     OpenVINO where this machine runs them faster (:func:`extract_features`); features are float32.
+    ``precision="int8"`` calibrates on a sample of ``paths`` (or of ``calibration``: files, folders
+    or path lists) and checks neighbour recall before using int8 (``force_int8`` skips the check).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     files = discover_images(paths)
+    if isinstance(calibration, (str, os.PathLike)):
+        calibration = [calibration]
+    calibration_files = list(discover_images(calibration)) if calibration is not None else None
     net = load_embedding_model(model)
     result = extract_features(
         net, files, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
-        progress=progress,
+        progress=progress, calibration=calibration_files, force_int8=force_int8,
     )
     if not result.paths:
         raise DataError(f"none of the {len(files)} images could be read (first: {result.failures[0][0]}: {result.failures[0][1]})")
@@ -880,7 +969,9 @@ def save_embeddings(
         values = pa.array(array.reshape(-1), type=pa.float16() if half else pa.float32())
         column = pa.FixedSizeListArray.from_arrays(values, array.shape[1]) if len(paths) else pa.array([], pa.list_(pa.float32(), array.shape[1]))
         table = pa.table({"path": pa.array(list(paths), pa.string()), "embedding": column})
-        table = table.replace_schema_metadata({f"cl_zoo.{k}": str(v) for k, v in meta.items()})  # bytes only
+        # bytes only: nested records (int8's quantization) as JSON text, scalars as they print
+        table = table.replace_schema_metadata({f"cl_zoo.{k}": json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+                                               for k, v in meta.items()})
         _atomic_write(out, lambda tmp: pq.write_table(table, tmp))
         return [out]
     written = []

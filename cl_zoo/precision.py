@@ -1,4 +1,4 @@
-"""Which arithmetic to run on this machine: ``--precision auto|fp32|bf16|fp16``.
+"""Which arithmetic to run on this machine: ``--precision auto|fp32|bf16|fp16|int8``.
 
 bfloat16 halves the bytes every convolution moves and, on CPUs with matrix or bf16 dot-product
 units, doubles or triples their throughput; its 8-bit mantissa moves pooled features by cosine
@@ -22,6 +22,10 @@ The detection goes through torch's own probes (``torch.cpu._is_amx_tile_supporte
 ``torch.cpu._is_avx512_bf16_supported``) with ``/proc/cpuinfo`` flags as a fallback, so tests can
 mock one function (:func:`cpu_capability`) to play any machine.
 
+``int8`` is never chosen by ``auto``: its features are lossy (neighbour recall 0.97 against fp32
+for the bundled default), so a user asks for it; it runs on OpenVINO after NNCF quantization and
+a fidelity gate (:mod:`cl_zoo.backends.int8`).
+
 Whatever runs inside, features and losses come back float32 (autocast only touches the matmuls and
 convolutions; losses upcast, see :mod:`cl_zoo.losses._common`).
 """
@@ -37,7 +41,9 @@ import torch
 
 from cl_zoo.errors import ClZooError
 
-PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16")
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16", "int8")
+# int8 is inference only and runs on OpenVINO (cl_zoo.backends.int8); training takes these.
+TRAINING_PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16")
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -128,6 +134,8 @@ def resolve_precision(precision: str, device: torch.device | str, *, training: b
     """``auto`` -> ``bf16`` or ``fp32`` for ``device``; ``training`` asks the training question
     (today the same answer as inference on every measured machine); explicit choices are kept."""
     check_precision(precision)
+    if training and precision not in TRAINING_PRECISIONS:
+        raise ClZooError(f"precision {precision!r} is for feature extraction; training takes {', '.join(TRAINING_PRECISIONS)}")
     if precision != "auto":
         return precision
     kind = torch.device(device).type
@@ -155,6 +163,8 @@ def autocast(device: torch.device | str, precision: str):  # noqa: ANN201 - a co
     kind = torch.device(device).type
     if precision == "fp32":
         return torch.autocast(kind, enabled=False)
+    if precision == "int8":
+        raise ClZooError("int8 runs on OpenVINO only (--backend openvino or auto), not on torch")
     if precision not in AUTOCAST_DTYPES:
         raise ClZooError(f"precision {precision!r} must be resolved (fp32, bf16 or fp16) before running")
     return torch.autocast(kind, dtype=AUTOCAST_DTYPES[precision])
@@ -162,6 +172,7 @@ def autocast(device: torch.device | str, precision: str):  # noqa: ANN201 - a co
 
 __all__ = [
     "PRECISIONS",
+    "TRAINING_PRECISIONS",
     "CpuCapability",
     "autocast",
     "check_precision",

@@ -36,7 +36,7 @@ import torch.nn as nn
 from cl_zoo.errors import ClZooError
 
 CACHE_FORMAT = 1
-_HINTS = {"fp32": "f32", "bf16": "bf16"}
+_HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # int8 layers run int8 under any hint (cl_zoo.backends.int8)
 
 
 class ConversionError(ClZooError):
@@ -137,31 +137,53 @@ class OpenVINORunner:
         std: Sequence[float],
         precision: str,
         threads: int | None = None,
+        calibration: np.ndarray | None = None,
+        force_int8: bool = False,
     ) -> None:
+        """``precision="int8"`` quantizes the converted graph on ``calibration`` (uint8 NHWC pixels
+        of the user's images) and raises :class:`~cl_zoo.backends.int8.Int8Rejected` when the result
+        fails its fidelity gate, unless ``force_int8``."""
         import openvino as ov
 
         if precision not in _HINTS:
-            raise ClZooError(f"OpenVINO runs fp32 or bf16, not {precision}")
+            raise ClZooError(f"OpenVINO runs fp32, bf16 or int8, not {precision}")
+        if precision == "int8" and calibration is None:
+            raise ClZooError("int8 needs calibration images")
         self.precision = precision
+        self.fidelity = None
+        self.int8_folder: Path | None = None
+        self.quantized = False  # int8 only: quantized by this call rather than read from the cache
         self.key = conversion_key(fingerprint, input_hw, mean, std)
         self.folder = openvino_cache_dir() / self.key
         self.converted = False
         if not (self.folder / "model.xml").is_file():
             _convert(model, input_hw, mean, std, self.folder)
             self.converted = True
+        graph_folder, compiled_cache = self.folder, self.folder / f"compiled-{precision}"
+        if precision == "int8":
+            assert calibration is not None
+            graph_folder, self.fidelity, self.quantized = self._int8(model, input_hw, mean, std, calibration, threads)
+            self.int8_folder, compiled_cache = graph_folder, graph_folder / "compiled"
+            if not force_int8:
+                from cl_zoo.backends.int8 import Int8Rejected
+
+                if self.fidelity is None:
+                    raise Int8Rejected(None, f"{len(calibration)} calibration images are too few to check int8 against fp32")
+                if not self.fidelity.passed:
+                    raise Int8Rejected(self.fidelity, f"int8 kept {self.fidelity.describe()}")
         core = ov.Core()
         config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": _HINTS[precision],
             "PERFORMANCE_HINT": "THROUGHPUT",
-            "CACHE_DIR": str(self.folder / f"compiled-{precision}"),
+            "CACHE_DIR": str(compiled_cache),
         }
         if threads:
             config["INFERENCE_NUM_THREADS"] = int(threads)
         try:
-            graph = core.read_model(str(self.folder / "model.xml"))
+            graph = core.read_model(str(graph_folder / "model.xml"))
             self.compiled = core.compile_model(graph, "CPU", config)
         except Exception as exc:  # noqa: BLE001 - a damaged cache entry is rebuilt once
-            if self.converted:
+            if self.converted or precision == "int8":
                 raise ConversionError(f"compile failed ({type(exc).__name__}: {str(exc)[:200]})") from None
             shutil.rmtree(self.folder, ignore_errors=True)
             _convert(model, input_hw, mean, std, self.folder)
@@ -171,6 +193,23 @@ class OpenVINORunner:
         self.dim = int(self.compiled.output(0).get_partial_shape()[1].get_length())
         self.queue = ov.AsyncInferQueue(self.compiled, self.jobs)
         self.queue.set_callback(self._done)
+
+    def _int8(self, model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
+              calibration: np.ndarray, threads: int | None) -> tuple[Path, Any, bool]:
+        """The cached or newly quantized int8 graph; a damaged fp32 cache entry is rebuilt once."""
+        from cl_zoo.backends.int8 import quantized_graph
+
+        try:
+            return quantized_graph(self.folder, calibration, threads=threads)
+        except ClZooError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a fp32 graph that cannot be read is rebuilt, then reported
+            if self.converted:
+                raise ConversionError(f"int8 quantization failed ({type(exc).__name__}: {str(exc)[:200]})") from None
+            shutil.rmtree(self.folder, ignore_errors=True)
+            _convert(model, input_hw, mean, std, self.folder)
+            self.converted = True
+            return quantized_graph(self.folder, calibration, threads=threads)
 
     @staticmethod
     def _done(request: Any, userdata: tuple[np.ndarray, int]) -> None:

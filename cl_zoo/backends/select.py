@@ -11,6 +11,10 @@ costs 5-15 s once; the converted model is cached per weights, precision and inpu
 and the conversion pays: either it is already cached or there are at least
 :data:`OPENVINO_MIN_IMAGES` images (below that a first conversion costs more than it saves).
 Everything else runs on torch, and the reason is part of the choice so commands can print it.
+
+``int8`` runs on OpenVINO only (NNCF quantizes the converted graph, :mod:`cl_zoo.backends.int8`):
+it is never a silent fallback to torch, so without ``nncf``/``openvino``, on a GPU or with
+``--backend torch`` it is a one-line error naming the ``int8`` extra.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from cl_zoo.errors import ClZooError
 
 BACKENDS: tuple[str, ...] = ("auto", "torch", "openvino")
 OPENVINO_MIN_IMAGES = 256
-OPENVINO_PRECISIONS = ("fp32", "bf16")
+OPENVINO_PRECISIONS = ("fp32", "bf16", "int8")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ def resolve_backend(backend: str, device: torch.device | str, precision: str, *,
     if backend not in BACKENDS:
         raise ClZooError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     kind = torch.device(device).type
+    if precision == "int8":
+        return _int8_backend(backend, kind)
     if backend == "torch":
         return BackendChoice("torch", "asked for")
     problem = None
@@ -68,6 +74,18 @@ def resolve_backend(backend: str, device: torch.device | str, precision: str, *,
     if images >= OPENVINO_MIN_IMAGES:
         return BackendChoice("openvino", f"installed; {images} images repay the one-time conversion")
     return BackendChoice("torch", f"{images} images < {OPENVINO_MIN_IMAGES}: a first OpenVINO conversion would cost more than it saves")
+
+
+def _int8_backend(backend: str, kind: str) -> BackendChoice:
+    from cl_zoo.backends.int8 import int8_available, missing_int8_packages
+
+    if backend == "torch":
+        raise ClZooError("--precision int8 runs on OpenVINO; use --backend openvino or auto")
+    if kind != "cpu":
+        raise ClZooError(f"--precision int8 runs on the CPU (OpenVINO), the device is {kind}")
+    if not int8_available():
+        raise ClZooError(missing_int8_packages())
+    return BackendChoice("openvino", "int8 runs on OpenVINO")
 
 
 __all__ = ["BACKENDS", "OPENVINO_MIN_IMAGES", "BackendChoice", "openvino_available", "resolve_backend"]

@@ -26,8 +26,14 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.option("-b", "--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: the usable CPUs, at most 8).")
-@click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16"]),
-              help="auto: bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32. Features are float32 either way.")
+@click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
+              help="auto: bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32. int8 (cl-zoo[int8], CPU): "
+                   "quantized on 512 of your images and used only if it keeps neighbour recall@10 >= 0.95 against "
+                   "fp32 on the held-out half, else bf16/fp32 with a warning. Features are float32 either way.")
+@click.option("--calibration", "calibration", multiple=True, metavar="PATH",
+              help="int8: images, folders or path lists to calibrate on (default: a sample of PATHS); repeatable.")
+@click.option("--calibration-seed", default=0, show_default=True, type=int, help="int8: which 512 calibration images are drawn.")
+@click.option("--force-int8", is_flag=True, help="int8: keep int8 even when it fails its fidelity gate.")
 @click.option("--backend", default="auto", show_default=True, type=click.Choice(["auto", "torch", "openvino"]),
               help="auto: OpenVINO on CPU when installed (cl-zoo[openvino]) and worth converting, else torch.")
 @click.option("--half", is_flag=True, help="Store float16 instead of float32.")
@@ -43,6 +49,9 @@ def embed_command(
     device: str,
     workers: int | None,
     precision: str,
+    calibration: tuple[str, ...],
+    calibration_seed: int,
+    force_int8: bool,
     backend: str,
     half: bool,
     resume: bool,
@@ -83,6 +92,13 @@ def embed_command(
     if found.repeats and rank == 0:
         click.echo(f"skipped {found.repeats} linked folder{'s' if found.repeats != 1 else ''} already walked (symlink repeats or loops)", err=True)
     files = [os.path.abspath(f) for f in found]
+    calibration_files = None
+    if calibration:
+        if precision != "int8":
+            raise ClZooError("--calibration applies to --precision int8")
+        calibration_files = [os.path.abspath(f) for f in discover_images(calibration)]
+    if force_int8 and precision != "int8":
+        raise ClZooError("--force-int8 applies to --precision int8")
     net = load_embedding_model(model)
     stop_after = os.environ.get(STOP_AFTER_ENV)
     parts = sidecar(out_path, ".parts")
@@ -95,6 +111,9 @@ def embed_command(
             workers=workers,
             precision=precision,
             backend=backend,
+            calibration=calibration_files,
+            calibration_seed=calibration_seed,
+            force_int8=force_int8,
             progress=not quiet,
             progress_dir=parts,
             resume=resume,
@@ -131,7 +150,8 @@ def embed_command(
             f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
         )
     metadata = {**model_metadata(net, model or DEFAULT_MODEL), **input_metadata(paths),
-                "precision": result.precision, "backend": result.backend}
+                "precision": result.precision, "backend": result.backend,
+                **({"quantization": result.quantization} if result.quantization is not None else {})}
     save_embeddings(out_path, result.features, result.paths, metadata, half=half)
     shutil.rmtree(parts, ignore_errors=True)
     rate = result.images_per_second

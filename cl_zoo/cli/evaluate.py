@@ -155,8 +155,11 @@ def _common(fn: Callable) -> Callable:
         click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)."),
         click.option("--workers", type=click.IntRange(min=0), default=None, callback=_workers_default,
                      help="Image-decoding worker processes (default: the usable CPUs, at most 8)."),
-        click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
-                     help="Feature extraction: auto is bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32."),
+        click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]), default="auto", show_default=True,
+                     help="Feature extraction: auto is bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32. "
+                          "int8 (cl-zoo[int8]) calibrates on 512 train images (--seed) and is used only if it keeps "
+                          "neighbour recall@10 >= 0.95 against fp32 on the held-out half."),
+        click.option("--force-int8", is_flag=True, help="Use int8 even if it fails its fidelity gate."),
         click.option("--backend", type=click.Choice(["auto", "torch", "openvino"]), default="auto", show_default=True,
                      help="Feature extraction engine: auto uses OpenVINO on CPU when installed and worth converting."),
         click.option("--no-cache", is_flag=True, help="Recompute features instead of using (and filling) the feature cache."),
@@ -179,8 +182,8 @@ def _common(fn: Callable) -> Callable:
 @click.option("--metric", type=click.Choice(["cosine", "l2"]), default="cosine", show_default=True)
 def knn_command(model_spec: str, random_init: bool, train: str, test: str, root: str | None, train_split: str | None,
                 test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int,
-                precision: str, backend: str, no_cache: bool, seed: int, out: str | None, plot: bool, as_json: bool,
-                progress: bool, k: str,
+                precision: str, force_int8: bool, backend: str, no_cache: bool, seed: int, out: str | None, plot: bool,
+                as_json: bool, progress: bool, k: str,
                 temperature: float, metric: str) -> None:
     """Weighted kNN (InstDisc vote) top-1/top-5 of a model's frozen features."""
     from cl_zoo.eval.knn import evaluate_knn
@@ -192,7 +195,7 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
     result = evaluate_knn(
         model, train_data, test_data, ks=ks, temperature=temperature, metric=metric, seed=seed, batch_size=batch_size,
         device=device, workers=workers, cache=not no_cache, progress=progress, precision=precision, backend=backend,
-        extra_hyperparameters={"per_class": per_class, "random_init": random_init},
+        force_int8=force_int8, extra_hyperparameters={"per_class": per_class, "random_init": random_init},
     )
     _finish(result, "knn", out, plot, as_json)
 
@@ -214,8 +217,8 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default=None, help="paper/small-scale: override the optimizer.")
 def linear_eval_command(model_spec: str, random_init: bool, train: str, test: str, root: str | None, train_split: str | None,
                         test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int,
-                        precision: str, backend: str, no_cache: bool, seed: int, out: str | None, plot: bool, as_json: bool,
-                progress: bool,
+                        precision: str, force_int8: bool, backend: str, no_cache: bool, seed: int, out: str | None,
+                        plot: bool, as_json: bool, progress: bool,
                         protocol: str, wd_grid: str, val_fraction: float, max_iter: int, epochs: int | None,
                         lr: float | None, milestones: str | None, gamma: float | None, train_batch_size: int | None,
                         momentum: float | None, betas: str | None, weight_decay: float | None, optimizer: str | None) -> None:
@@ -247,7 +250,7 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
         model, train_data, test_data, protocol_name=protocol, seed=seed, overrides=overrides, wd_grid=grid,
         val_fraction=val_fraction, max_iter=max_iter, batch_size=batch_size, device=device, workers=workers,
         cache=not no_cache, progress=progress, want_test_features=plot, precision=precision, backend=backend,
-        extra_hyperparameters={"per_class": per_class, "random_init": random_init},
+        force_int8=force_int8, extra_hyperparameters={"per_class": per_class, "random_init": random_init},
         log=None if as_json else (lambda line: click.echo(line, err=True)),
     )
     _finish(result, "linear", out, plot, as_json)

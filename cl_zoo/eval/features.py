@@ -171,11 +171,16 @@ def compute_features(
     progress: bool = False,
     precision: str = "fp32",
     backend: str = "torch",
-    engine: dict[str, str] | None = None,
+    engine: dict[str, Any] | None = None,
+    calibration: Sequence[str] | None = None,
+    calibration_seed: int = 0,
+    force_int8: bool = False,
 ) -> np.ndarray:
     """Pooled features ``[N, D]`` float32 of images under the model's eval preprocessing.
 
-    ``engine``, when given, is filled with the precision and backend that actually ran.
+    ``engine``, when given, is filled with the precision and backend that actually ran (and, for
+    int8, the quantization record). ``calibration``/``calibration_seed``/``force_int8``: see
+    :func:`cl_zoo.embedding.extract_features`.
 
     Extraction is :func:`cl_zoo.embedding.extract_features` (the one batched loop that ``embed``
     and ``search`` also use, so an evaluation sees exactly the features a user embeds). Unlike
@@ -188,10 +193,13 @@ def compute_features(
     check_input_channels(model)
     result = extract_features(
         model, list(paths), batch_size=batch_size, device=device if device is not None else "auto",
-        workers=workers, progress=progress, precision=precision, backend=backend,
+        workers=workers, progress=progress, precision=precision, backend=backend, calibration=calibration,
+        calibration_seed=calibration_seed, force_int8=force_int8,
     )
     if engine is not None:
         engine.update(precision=result.precision, backend=result.backend, backend_reason=result.backend_reason)
+        if result.quantization is not None:
+            engine["quantization"] = result.quantization
     if result.failures:
         path, reason = result.failures[0]
         raise DataError(f"{len(result.failures)} image(s) could not be read (first: {path}: {reason}); fix or remove them")
@@ -211,6 +219,7 @@ class FeatureSet:
     path: Path | None
     precision: str = "fp32"  # the engine that computed them
     backend: str = "torch"
+    quantization: dict[str, Any] | None = None  # int8 asked for: calibration and fidelity (None when read from the cache)
 
 
 def files_fingerprint(paths: Sequence[str]) -> str:
@@ -232,7 +241,7 @@ def files_fingerprint(paths: Sequence[str]) -> str:
 
 
 def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict[str, Any], fingerprint: str = "",
-              engine: dict[str, str] | None = None) -> str:
+              engine: dict[str, Any] | None = None) -> str:
     payload: dict[str, Any] = {
         "version": FEATURE_CACHE_VERSION,
         "model": identity.get("name"),
@@ -245,6 +254,8 @@ def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict
     if engine and (engine.get("precision"), engine.get("backend")) != ("fp32", "torch"):
         # fp32/torch keys stay what they were before engines existed, so old caches still hit.
         payload["engine"] = {"precision": engine["precision"], "backend": engine["backend"]}
+        if engine.get("calibration"):  # int8: the features depend on the images it was calibrated on
+            payload["engine"].update(calibration=engine["calibration"], forced=bool(engine.get("forced")))
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -261,12 +272,16 @@ def split_features(
     progress: bool = False,
     precision: str = "fp32",
     backend: str = "torch",
+    calibration: Sequence[str] | None = None,
+    calibration_seed: int = 0,
+    force_int8: bool = False,
 ) -> FeatureSet:
     """Features of a split (an :class:`~cl_zoo.data.folder.ImageFolderData`), from the cache if there.
 
     The cache file is memory-mapped on a hit, so a 1M x 2048 memory costs no RAM until searched.
     ``precision``/``backend`` are resolved first (:func:`cl_zoo.embedding.resolve_engine`) so the
-    cache is looked up under the engine that would run.
+    cache is looked up under the engine that would run. int8 calibrates on a ``calibration_seed``
+    sample of ``calibration`` (evaluations pass the train split, so both splits share one model).
     """
     from cl_zoo.embedding import resolve_engine
 
@@ -276,7 +291,15 @@ def split_features(
     identity = identity or model_identity(model)
     dev = device if device is not None else "auto"
     resolved, choice = resolve_engine(model, dev, precision, backend, len(data.paths))
-    planned = {"precision": resolved, "backend": choice.name}
+    planned: dict[str, Any] = {"precision": resolved, "backend": choice.name}
+    int8_opts: dict[str, Any] = {}
+    if resolved == "int8":
+        from cl_zoo.backends.int8 import CALIBRATION_SIZE, calibration_sample
+
+        pool = list(calibration) if calibration is not None else list(data.paths)
+        planned.update(calibration=files_fingerprint(calibration_sample(pool, CALIBRATION_SIZE, calibration_seed)),
+                       forced=force_int8)
+        int8_opts = {"calibration": pool, "calibration_seed": calibration_seed, "force_int8": force_int8}
     spec, files = preprocessing_spec(model_cfg(model)), files_fingerprint(data.paths)
     key = cache_key(identity, data.file_list_hash, spec, files, planned)
     root = Path(cache_dir or feature_cache_dir())
@@ -293,17 +316,18 @@ def split_features(
                                   time.perf_counter() - start, path, resolved, choice.name)
         except (OSError, ValueError):
             pass  # an unreadable entry is recomputed and overwritten
-    ran: dict[str, str] = {}
+    ran: dict[str, Any] = {}
     feats = compute_features(model, data.paths, batch_size=batch_size, device=device, workers=workers, progress=progress,
-                             precision=resolved, backend=choice.name, engine=ran)
-    if ran.get("backend", choice.name) != choice.name:  # OpenVINO could not convert: store under what ran
+                             precision=resolved, backend=choice.name, engine=ran, **int8_opts)
+    if (ran.get("backend", choice.name), ran.get("precision", resolved)) != (choice.name, resolved):
+        # OpenVINO could not convert, or int8 failed its gate: store under what ran
         key = cache_key(identity, data.file_list_hash, spec, files, ran)
         path = root / f"{key}.npy"
     seconds = time.perf_counter() - start
     if cache:
         atomic_save_npy(path, feats)
     return FeatureSet(feats, np.asarray(data.labels), list(data.classes), key, False, seconds, path if cache else None,
-                      ran.get("precision", resolved), ran.get("backend", choice.name))
+                      ran.get("precision", resolved), ran.get("backend", choice.name), ran.get("quantization"))
 
 
 def check_same_classes(train_classes: Sequence[str], test_classes: Sequence[str]) -> None:

@@ -226,6 +226,7 @@ def evaluate_knn(
     progress: bool = False,
     precision: str = "auto",
     backend: str = "auto",
+    force_int8: bool = False,
     identity: dict[str, Any] | None = None,
     extra_hyperparameters: dict[str, Any] | None = None,
 ) -> Any:
@@ -245,7 +246,7 @@ def evaluate_knn(
         raise DataError(f"k={ks[-1]} is larger than the train set ({len(train.paths)} images); use --k at most {len(train.paths)}")
     identity = identity or model_identity(model)
     opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress,
-                precision=precision, backend=backend)
+                precision=precision, backend=backend, calibration=train.paths, calibration_seed=seed, force_int8=force_int8)
     train_fs = split_features(model, train, **opts)
     test_fs = split_features(model, test, **opts)
     start = time.perf_counter()
@@ -268,7 +269,8 @@ def evaluate_knn(
         task="knn", model=identity, train=train, test=test, protocol="knn", hyperparameters=hyper, seed=seed,
         metrics=out["metrics"], timings=timings,
         extra={"features": {"train_cached": train_fs.cached, "test_cached": test_fs.cached, "train_key": train_fs.key, "test_key": test_fs.key, "dim": int(train_fs.features.shape[1]),
-                             "precision": train_fs.precision, "backend": train_fs.backend}},
+                             "precision": train_fs.precision, "backend": train_fs.backend,
+                             **({"quantization": train_fs.quantization} if train_fs.quantization else {})}},
     )
     return EvalResult(
         report, test_labels=np.asarray(test_fs.labels), predictions=out["predictions"][ks[-1]],

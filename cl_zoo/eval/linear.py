@@ -396,6 +396,7 @@ def evaluate_linear(
     progress: bool = False,
     precision: str = "auto",
     backend: str = "auto",
+    force_int8: bool = False,
     want_test_features: bool = False,
     identity: dict[str, Any] | None = None,
     extra_hyperparameters: dict[str, Any] | None = None,
@@ -411,7 +412,7 @@ def evaluate_linear(
             raise DataError(f"the {name} split is empty: {getattr(split, 'source', '?')}")
     identity = identity or model_identity(model)
     opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress,
-                precision=precision, backend=backend)
+                precision=precision, backend=backend, calibration=train.paths, calibration_seed=seed, force_int8=force_int8)
     test_features = None
     if protocol_name == "fast":
         train_fs = split_features(model, train, **opts)
@@ -423,7 +424,8 @@ def evaluate_linear(
         timings = {"train_features_s": train_fs.seconds, "test_features_s": test_fs.seconds, **out["timings"]}
         hyper = {**out["hyperparameters"], "chosen_weight_decay": out["weight_decay"], "val_top1_by_wd": out["val_top1_by_wd"]}
         extra = {"features": {"train_cached": train_fs.cached, "test_cached": test_fs.cached, "dim": int(train_fs.features.shape[1]),
-                              "precision": train_fs.precision, "backend": train_fs.backend}}
+                              "precision": train_fs.precision, "backend": train_fs.backend,
+                             **({"quantization": train_fs.quantization} if train_fs.quantization else {})}}
         test_features = test_fs.features
     else:
         proto = protocol(protocol_name, **(overrides or {}))
