@@ -8,8 +8,11 @@ Everything runs in one process on the same photos (the 255 real ImageNet photos 
   ``Normalize`` per image, ``model.eval()`` under ``torch.no_grad()``, fp32;
 * cl-zoo defaults: ``extract_features(precision="auto", backend="auto")``, what ``cl-zoo embed``
   runs (bf16 on AMX / AVX512_BF16 CPUs, OpenVINO when installed);
-* every engine separately: torch fp32, torch bf16, OpenVINO fp32, OpenVINO bf16, each with the
-  minimum per-image cosine of its features to cl-zoo's torch fp32 features;
+* every engine separately: torch fp32, torch bf16, OpenVINO fp32, OpenVINO bf16 and, with the
+  ``int8`` extra, OpenVINO int8 (NNCF, calibrated on the distinct photos and forced past its gate,
+  because seeded random weights say nothing about fidelity: ``benchmarks/int8_fidelity.py``
+  measures that on the trained tier checkpoints), each with the minimum per-image cosine of its
+  features to cl-zoo's torch fp32 features;
 * where the time goes: decoding alone (cl-zoo's draft-mode decode vs the baseline's full decode)
   and the model alone on a decoded batch.
 
@@ -41,6 +44,7 @@ sys.path.insert(0, str(REPO))
 
 import cl_zoo  # noqa: E402
 from cl_zoo.backends import openvino_available  # noqa: E402
+from cl_zoo.backends.int8 import int8_available  # noqa: E402
 from cl_zoo.data.images import discover_images  # noqa: E402
 from cl_zoo.data.workers import default_workers  # noqa: E402
 from cl_zoo.embedding import Preprocess, _collate, _ImageList, extract_features, resolve_device  # noqa: E402
@@ -82,9 +86,10 @@ def baseline(model: torch.nn.Module, paths: list[str], batch: int, workers: int,
     return n / (time.perf_counter() - start)
 
 
-def ours(model, paths, batch, workers, device, precision, backend):  # noqa: ANN001, ANN201
+def ours(model, paths, batch, workers, device, precision, backend, **int8):  # noqa: ANN001, ANN003, ANN201
     start = time.perf_counter()
-    result = extract_features(model, paths, batch_size=batch, workers=workers, device=device, precision=precision, backend=backend)
+    result = extract_features(model, paths, batch_size=batch, workers=workers, device=device, precision=precision, backend=backend,
+                              **(int8 if precision == "int8" else {}))
     assert len(result.paths) == len(paths), result.failures[:3]
     return len(paths) / (time.perf_counter() - start), result
 
@@ -153,12 +158,19 @@ def main() -> int:
           f"{workers} decode workers, device {device}")
 
     engines = [("fp32", "torch"), ("bf16", "torch")]
+    int8_options = {"calibration": sorted(set(paths)), "force_int8": True}
     if device.type == "cpu" and openvino_available():
         engines += [("fp32", "openvino"), ("bf16", "openvino")]
         for prec in ("fp32", "bf16"):  # one-time conversion/compilation, outside the timed runs
             start = time.perf_counter()
             warm = extract_features(model, paths[:2], batch_size=2, workers=0, device=device, precision=prec, backend="openvino")
             print(f"openvino {prec}: {warm.backend_reason} in {time.perf_counter() - start:.1f} s (one time, cached)")
+        if int8_available():
+            engines.append(("int8", "openvino"))
+            start = time.perf_counter()
+            warm = extract_features(model, paths[:2], batch_size=2, workers=0, device=device, precision="int8", backend="openvino",
+                                    **int8_options)
+            print(f"openvino int8: {warm.backend_reason} in {time.perf_counter() - start:.1f} s (one time, cached)")
     if device.type == "cuda":
         baseline(model, paths[: args.batch * 2], args.batch, 0, device)
         extract_features(model, paths[: args.batch * 2], batch_size=args.batch, workers=0, device=device)
@@ -185,7 +197,7 @@ def main() -> int:
             if (prec, backend) == chosen:
                 continue
             before = cpu_seconds()
-            rate, result = ours(model, paths, args.batch, workers, device, prec, backend)
+            rate, result = ours(model, paths, args.batch, workers, device, prec, backend, **int8_options)
             features[(prec, backend)], rates[(prec, backend)] = result.features, rate
             print(f"cl-zoo {backend} {prec}: {rate:.2f} images/s, {(cpu_seconds() - before) / len(paths) * 1000:.0f} CPU-ms/image", flush=True)
     ref = features.get(("fp32", "torch"))
@@ -199,6 +211,10 @@ def main() -> int:
     except OSError:
         pass
     print(f"ratio cl-zoo defaults / baseline: {default_rate / base:.2f}x ({load} at the end)")
+    if ("int8", "openvino") in rates:
+        rate = rates[("int8", "openvino")]
+        print(f"ratio cl-zoo int8 / baseline: {rate / base:.2f}x; decoding alone runs {dec_ours:.1f} images/s, so at "
+              f"{rate:.1f} images/s it is {min(1.0, rate / dec_ours):.0%} of the decode limit")
     return 0
 
 
