@@ -147,6 +147,15 @@ def test_int8_features_are_close_and_recorded(images: list[str]) -> None:
     again = extract_features(model, images, precision="int8", backend="auto", workers=0, force_int8=True)
     assert again.backend_reason.startswith("int8 model from the cache")
     np.testing.assert_array_equal(again.features, result.features)
+    from cl_zoo.backends.openvino import openvino_cache_dir
+
+    records = sorted(openvino_cache_dir().glob("*/int8-*/fidelity.json"))
+    assert records
+    for record_file in records:  # a damaged gate record is never trusted: the model is made again
+        record_file.write_text("{not json")
+    remade = extract_features(model, images, precision="int8", backend="auto", workers=0, force_int8=True)
+    assert remade.backend_reason.startswith("quantized now"), remade.backend_reason
+    np.testing.assert_array_equal(remade.features, result.features)  # and NNCF is deterministic
     other = extract_features(model, images, precision="int8", backend="auto", workers=0, force_int8=True, calibration_seed=1, calibration_size=80)
     assert other.quantization["calibration_sha256"] != record["calibration_sha256"]
 

@@ -204,10 +204,26 @@ def _quantize(fp32_xml: Path, calibration: np.ndarray) -> Any:
         )
 
 
+def _record(path: Path) -> Any:
+    """The JSON beside a cached int8 model; ``None`` when unreadable (a cache entry is not trusted blindly)."""
+    try:
+        if path.stat().st_size > 65536:
+            return None
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _unmeasured(path: Path) -> bool:
+    """Whether the record says the model was made from too few images to measure (forced use only)."""
+    raw = _record(path)
+    return isinstance(raw, dict) and raw.get("measured") is False
+
+
 def read_fidelity(path: Path) -> Fidelity | None:
     """The gate result saved beside a cached int8 model, or ``None`` when missing or malformed."""
+    raw = _record(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
         values = {name: raw[name] for name in ("recall_at_10", "min_cosine", "held_out", "calibrated_on")}
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -231,8 +247,7 @@ def quantized_graph(fp32_folder: Path, pixels: np.ndarray, *, threads: int | Non
     folder = fp32_folder / f"int8-{int8_key(digest)}"
     if (folder / "model.xml").is_file() and (folder / "fidelity.json").is_file():
         fidelity = read_fidelity(folder / "fidelity.json")
-        recorded = json.loads((folder / "fidelity.json").read_text(encoding="utf-8")).get("measured", True)
-        if fidelity is not None or recorded is False:
+        if fidelity is not None or _unmeasured(folder / "fidelity.json"):
             return folder, fidelity, False
     n = len(pixels)
     measurable = n >= MIN_CALIBRATION_IMAGES
