@@ -11,8 +11,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -22,7 +22,8 @@ from cl_zoo.fileio import atomic_path
 INDEX_KINDS = ("flat", "ivf", "hnsw")
 
 
-def _faiss():  # noqa: ANN202 - the faiss module
+def require_faiss():  # noqa: ANN202 - the faiss module
+    """The faiss module, or a one-line error saying how to install it."""
     try:
         import faiss
     except ImportError:
@@ -54,7 +55,7 @@ def build_index(
     ef_search: int = 128,
 ):  # noqa: ANN201 - a faiss.Index
     """An inner-product index over the normalised ``features``."""
-    faiss = _faiss()
+    faiss = require_faiss()
     x = normalize(features)
     n, d = x.shape
     if n == 0:
@@ -80,7 +81,7 @@ def build_index(
 
 def save_index(index, path: str | os.PathLike[str]) -> Path:  # noqa: ANN001 - a faiss.Index
     """Write a faiss index atomically (temporary name in the same folder, then rename)."""
-    faiss = _faiss()
+    faiss = require_faiss()
     final = Path(path)
     if not final.parent.is_dir():
         raise DataError(f"output folder does not exist: {final.parent}")
@@ -90,11 +91,11 @@ def save_index(index, path: str | os.PathLike[str]) -> Path:  # noqa: ANN001 - a
 
 
 # What reading an index may allocate beyond its file size: faiss objects, small tables, malloc arenas.
-_INDEX_READ_SLACK = 512 << 20
+INDEX_READ_SLACK = 512 << 20
 
 
 @contextlib.contextmanager
-def _address_space_limit(extra: int) -> Iterator[None]:
+def address_space_limit(extra: int) -> Iterator[None]:
     """Let this process grow by at most ``extra`` bytes of address space inside the block.
 
     faiss sizes its arrays from counts in the file before reading them, so a damaged count makes
@@ -126,11 +127,11 @@ def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: 
     """Read a faiss index, refusing one built over a different set of embeddings.
 
     The file is untrusted input: faiss's own errors (``RuntimeError``), allocations its counts
-    ask for beyond what the file can hold (``MemoryError``, bounded by :func:`_address_space_limit`)
+    ask for beyond what the file can hold (``MemoryError``, bounded by :func:`address_space_limit`)
     and the index it yields (a vector count and size that fit the file) all end as one
     :class:`DataError` line.
     """
-    faiss = _faiss()
+    faiss = require_faiss()
     path = Path(path)
     if not path.is_file():
         raise DataError(f"index file does not exist: {path}")
@@ -138,13 +139,13 @@ def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: 
     if size == 0:
         raise DataError(f"{path} is not a faiss index (empty file)")
     try:
-        with _address_space_limit(4 * size + _INDEX_READ_SLACK):
+        with address_space_limit(4 * size + INDEX_READ_SLACK):
             index = faiss.read_index(str(path))
     except MemoryError:
         raise DataError(f"{path} is not a faiss index (its counts ask for more memory than a {size}-byte file can hold)") from None
     except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
         raise DataError(f"{path} is not a faiss index ({str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__})") from None
-    problem = _structure_problem(index, faiss, size)
+    problem = structure_problem(index, faiss, size)
     if problem:
         raise DataError(f"{path} is not a usable faiss index ({problem}); rebuild it (drop --load-index)")
     if count is not None and index.ntotal != count or dims is not None and index.d != dims:
@@ -155,7 +156,7 @@ def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: 
     return index
 
 
-def _structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss objects
+def structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss objects
     """What makes a freshly read index unsafe to search, or "" when nothing does.
 
     faiss trusts the ids and offsets it reads; a graph link or list id past the end is an
@@ -172,22 +173,9 @@ def _structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss 
         return ""
     if isinstance(index, faiss.IndexIVFFlat):
         quantizer = faiss.downcast_index(index.quantizer)
-        lists = index.invlists
         if not isinstance(quantizer, faiss.IndexFlat) or quantizer.d != d or quantizer.ntotal != index.nlist:
             return "its coarse quantizer does not match its lists"
-        if lists is None or lists.nlist != index.nlist or lists.code_size != index.code_size:
-            return "its inverted lists do not match the index"
-        if not 1 <= index.nprobe <= index.nlist:
-            return f"nprobe {index.nprobe} is outside 1..{index.nlist}"
-        total = 0
-        for i in range(lists.nlist):
-            m = lists.list_size(i)
-            total += m
-            if total > n:
-                break
-            if m and not _ids_in_range(faiss.rev_swig_ptr(lists.get_ids(i), m), n):
-                return f"list {i} names vectors that do not exist"
-        return "" if total == n else f"its lists hold {total} vectors, not {n}"
+        return inverted_lists_problem(index, faiss)
     if isinstance(index, faiss.IndexHNSWFlat):
         graph = index.hnsw
         storage = faiss.downcast_index(index.storage)
@@ -211,6 +199,24 @@ def _structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss 
     return f"{type(index).__name__} is not a type cl-zoo writes"
 
 
+def inverted_lists_problem(index, faiss) -> str:  # noqa: ANN001 - faiss objects
+    """What is wrong with an IVF index's lists (sizes, ids, nprobe), or "" (see :func:`structure_problem`)."""
+    n, lists = int(index.ntotal), index.invlists
+    if lists is None or lists.nlist != index.nlist or lists.code_size != index.code_size:
+        return "its inverted lists do not match the index"
+    if not 1 <= index.nprobe <= index.nlist:
+        return f"nprobe {index.nprobe} is outside 1..{index.nlist}"
+    total = 0
+    for i in range(lists.nlist):
+        m = lists.list_size(i)
+        total += m
+        if total > n:
+            break
+        if m and not _ids_in_range(faiss.rev_swig_ptr(lists.get_ids(i), m), n):
+            return f"list {i} names vectors that do not exist"
+    return "" if total == n else f"its lists hold {total} vectors, not {n}"
+
+
 def _ids_in_range(ids: np.ndarray, n: int, allow: int | None = None) -> bool:
     ids = np.asarray(ids)
     ok = (ids >= 0) & (ids < n)
@@ -232,7 +238,7 @@ def search(index, queries: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndar
 
 def similar_pairs(features: np.ndarray, threshold: float, block: int = 4096) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All pairs ``i < j`` with cosine similarity >= ``threshold`` (exact, flat range search)."""
-    faiss = _faiss()
+    faiss = require_faiss()
     x = normalize(features)
     index = faiss.IndexFlatIP(x.shape[1])
     index.add(x)
@@ -259,7 +265,7 @@ def nearest_neighbour_scores(features: np.ndarray, block: int = 4096) -> np.ndar
     Their distribution is what a dedup threshold cuts: copies pile up near 1, distinct images
     below; ``cl-zoo dedup --show-scores`` prints it as a histogram.
     """
-    faiss = _faiss()
+    faiss = require_faiss()
     x = normalize(features)
     if len(x) < 2:
         return np.zeros(0, np.float32)
@@ -334,7 +340,17 @@ def dedup_groups(features: np.ndarray, threshold: float = 0.99) -> list[list[int
     """
     if not -1.0 <= threshold <= 1.0:
         raise ClZooError(f"threshold is a cosine similarity in [-1, 1], got {threshold}")
-    n = len(features)
+    rows, cols, _ = similar_pairs(features, threshold)
+    return groups_from_pairs(len(features), rows, cols)
+
+
+def groups_from_pairs(n: int, rows: np.ndarray, cols: np.ndarray) -> list[list[int]]:
+    """Connected groups (size >= 2) of ``n`` rows linked by the pairs ``(rows[i], cols[i])``.
+
+    Shared by exact dedup (:func:`dedup_groups`) and dedup through a saved approximate index
+    (:mod:`cl_zoo.index`), so both group the same pairs the same way: union-find, groups and
+    their members in row order.
+    """
     parent = np.arange(n)
 
     def find(i: int) -> int:
@@ -345,7 +361,6 @@ def dedup_groups(features: np.ndarray, threshold: float = 0.99) -> list[list[int
             parent[i], i = root, parent[i]
         return int(root)
 
-    rows, cols, _ = similar_pairs(features, threshold)
     for i, j in zip(rows.tolist(), cols.tolist()):
         ri, rj = find(i), find(j)
         if ri != rj:
@@ -358,13 +373,19 @@ def dedup_groups(features: np.ndarray, threshold: float = 0.99) -> list[list[int
 
 __all__ = [
     "INDEX_KINDS",
+    "address_space_limit",
     "build_index",
     "dedup_groups",
     "dedup_threshold_for",
-    "nearest_neighbour_scores",
+    "default_nlist",
+    "groups_from_pairs",
+    "inverted_lists_problem",
     "load_index",
+    "nearest_neighbour_scores",
     "normalize",
+    "require_faiss",
     "save_index",
     "search",
     "similar_pairs",
+    "structure_problem",
 ]

@@ -24,6 +24,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "embed": ("cl_zoo.cli.embed", "Embed images (files, folders, lists) with any model."),
     "search": ("cl_zoo.cli.search", "Nearest-neighbour search over saved embeddings (faiss)."),
     "dedup": ("cl_zoo.cli.search", "List near-duplicate groups in saved embeddings."),
+    "index": ("cl_zoo.cli.index", "Build a faiss index over saved embeddings to a memory budget, for search and dedup."),
     "pretrain": ("cl_zoo.cli.pretrain", "Self-supervised pretraining with one of the zoo's methods."),
     "knn": ("cl_zoo.cli.evaluate", "Weighted kNN classification of a model's features."),
     "linear-eval": ("cl_zoo.cli.evaluate", "Linear probe of a frozen model (fast, paper or small-scale protocol)."),

@@ -17,7 +17,8 @@ from cl_zoo.errors import ClZooError, DataError
 @click.option("--nlist", default=None, type=click.IntRange(min=1), help="IVF lists (default ~4*sqrt(N)).")
 @click.option("--nprobe", default=None, type=click.IntRange(min=1), help="IVF lists visited per query (default 16).")
 @click.option("--save-index", default=None, type=click.Path(dir_okay=False), help="Write the built index here for reuse.")
-@click.option("--load-index", default=None, type=click.Path(dir_okay=False), help="Reuse an index written by --save-index.")
+@click.option("--index-file", "--load-index", "load_index", default=None, type=click.Path(dir_okay=False),
+              help="Reuse an index written by cl-zoo index (with its tuned search parameters) or by --save-index.")
 @click.option("-m", "--model", default=None, help="Model for the queries (default: the one recorded with the embeddings).")
 @click.option("--device", default="auto", show_default=True)
 @click.option("-j", "--workers", default=0, show_default=True, type=click.IntRange(min=0))
@@ -60,7 +61,9 @@ def search_command(
             f"{features.shape[1]}-d ones; pass the --model that made them"
         )
     if load_index:
-        index = S.load_index(load_index, count=len(paths), dims=features.shape[1])
+        from cl_zoo.index import load_saved_index
+
+        index, _ = load_saved_index(load_index, embeddings, count=len(paths), dims=features.shape[1])
     else:
         index = S.build_index(features, kind, nlist=nlist, nprobe=nprobe)
     if save_index:
@@ -90,19 +93,38 @@ def search_command(
     help="Cosine similarity that makes two images duplicates (default: the model's calibrated threshold, else 0.99).",
 )
 @click.option("--show-scores", is_flag=True, help="Also print a histogram of each image's best similarity to another image.")
+@click.option("--index-file", default=None, type=click.Path(dir_okay=False),
+              help="Find pairs through an index written by cl-zoo index instead of comparing all pairs (approximate: it may miss pairs).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, as_json: bool) -> int:
-    """List groups of near-duplicate images in saved EMBEDDINGS (exact search, transitive groups)."""
+def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, index_file: str | None, as_json: bool) -> int:
+    """List groups of near-duplicate images in saved EMBEDDINGS (transitive groups).
+
+    Without --index-file every pair is compared (exact). With it, each image's candidates come
+    from the saved index and are kept only if their exact cosine reaches the threshold: no
+    reported pair is below it, but pairs the index does not return are missed, so groups may be
+    split or incomplete (the recall printed by cl-zoo index says how often neighbours are found).
+    """
     from cl_zoo.embedding import load_embeddings
-    from cl_zoo.search import dedup_groups, dedup_threshold_for, nearest_neighbour_scores
+    from cl_zoo.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores
 
     features, paths, meta = load_embeddings(embeddings)
     if threshold is None:
         threshold, origin = dedup_threshold_for(meta, embeddings)
         click.echo(f"threshold {threshold} ({origin}; set one with --threshold)", err=True)
-    groups = dedup_groups(features, threshold)
+    if index_file:
+        from cl_zoo.index import index_nearest_neighbour_scores, index_similar_pairs, load_saved_index
+
+        if not -1.0 <= threshold <= 1.0:
+            raise ClZooError(f"threshold is a cosine similarity in [-1, 1], got {threshold}")
+        index, _ = load_saved_index(index_file, embeddings, count=len(paths), dims=features.shape[1])
+        rows, cols, _ = index_similar_pairs(index, features, threshold)
+        groups = groups_from_pairs(len(features), rows, cols)
+        click.echo(f"pairs found through {index_file} (approximate: pairs the index does not return are missed)", err=True)
+    else:
+        groups = dedup_groups(features, threshold)
     if show_scores:
-        for line in score_histogram(nearest_neighbour_scores(features), threshold):
+        scores = index_nearest_neighbour_scores(index, features) if index_file else nearest_neighbour_scores(features)
+        for line in score_histogram(scores, threshold):
             click.echo(line, err=True)
     if as_json:
         click.echo(json.dumps([[paths[i] for i in g] for g in groups], indent=1))

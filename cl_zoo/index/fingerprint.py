@@ -1,0 +1,63 @@
+"""A cheap identity for a set of embedding files, recorded with every index built from them.
+
+A saved index used with other embeddings returns rows that mean nothing, silently. Hashing a
+multi-gigabyte matrix on every search would cost more than the search, so the fingerprint covers
+what changes whenever the embeddings do: each file's size, its first and last MiB, and the model
+fields of its ``.meta.json`` (a re-embedding with another model keeps the size). It is not a
+defence against deliberate tampering; it catches "index built from other embeddings".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from cl_zoo.embedding import sidecar
+
+EDGE_BYTES = 1 << 20
+MODEL_FIELDS = ("model", "model_name", "revision")
+MANIFEST = "manifest.json"
+
+
+def file_digest(path: str | os.PathLike[str], edge: int = EDGE_BYTES) -> str:
+    """sha256 over a file's size and its first and last ``edge`` bytes."""
+    path = Path(path)
+    size = path.stat().st_size
+    h = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as fh:
+        h.update(fh.read(edge))
+        if size > edge:
+            fh.seek(max(edge, size - edge))
+            h.update(fh.read(edge))
+    return h.hexdigest()
+
+
+def model_fields(meta_file: Path) -> dict[str, str]:
+    """The model fields of a ``.meta.json`` / ``manifest.json``; {} when absent or unreadable."""
+    try:
+        if not meta_file.is_file() or meta_file.stat().st_size > 16 << 20:
+            return {}
+        meta = json.loads(meta_file.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}
+    return {k: str(meta[k]) for k in MODEL_FIELDS if isinstance(meta, dict) and k in meta}
+
+
+def embeddings_fingerprint(files: Sequence[str | os.PathLike[str]], folder: str | os.PathLike[str] | None = None) -> str:
+    """``sha256:<hex>`` over every file's :func:`file_digest` and model fields, in order.
+
+    ``folder`` is a shard folder whose ``manifest.json`` model fields count too.
+    """
+    h = hashlib.sha256()
+    for path in map(Path, files):
+        h.update(file_digest(path).encode())
+        h.update(json.dumps(model_fields(sidecar(path, ".meta.json")), sort_keys=True).encode())
+    if folder is not None:
+        h.update(json.dumps(model_fields(Path(folder) / MANIFEST), sort_keys=True).encode())
+    return "sha256:" + h.hexdigest()
+
+
+__all__ = ["embeddings_fingerprint", "file_digest"]

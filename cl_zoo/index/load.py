@@ -1,0 +1,122 @@
+"""Open a saved index for the embeddings a user names, refusing one built from other embeddings.
+
+An index written by ``cl-zoo index`` has a sidecar (:mod:`cl_zoo.index.sidecar`); the index file
+must be the one the sidecar describes, the embeddings must have the fingerprint it records, and the
+index file, which is untrusted input like any other, is read under the same memory bound and
+structure checks as :func:`cl_zoo.search.load_index`, extended to the OPQ + IVF-PQ indexes built
+for tight budgets. An index without a sidecar (``cl-zoo search --save-index``) goes through
+:func:`cl_zoo.search.load_index` as before.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from cl_zoo.errors import DataError
+from cl_zoo.index.evaluate import apply_params
+from cl_zoo.index.fingerprint import embeddings_fingerprint, file_digest
+from cl_zoo.index.sidecar import IndexInfo, read_info, sidecar_path
+from cl_zoo.search import (
+    INDEX_READ_SLACK,
+    address_space_limit,
+    inverted_lists_problem,
+    load_index,
+    require_faiss,
+    structure_problem,
+)
+
+_PARAM = re.compile(r"^(nprobe|efSearch|quantizer_efSearch)=(\d{1,7})$")
+
+
+def load_saved_index(
+    index_path: str | os.PathLike[str], embeddings: str | os.PathLike[str], *, count: int, dims: int
+):  # noqa: ANN201 - (faiss.Index, IndexInfo | None)
+    """``(index, info)`` for searching ``embeddings`` (``count`` x ``dims``) with ``index_path``.
+
+    ``info`` is None for an index without a sidecar. The sidecar's search parameters are set on
+    the index. Every refusal is one :class:`DataError` line.
+    """
+    index_path = Path(index_path)
+    if not index_path.is_file():
+        raise DataError(f"index file does not exist: {index_path}")
+    info = read_info(index_path)
+    if info is None:
+        return load_index(index_path, count=count, dims=dims), None
+    rebuild = f"rebuild it: cl-zoo index {embeddings} --out {index_path}"
+    if file_digest(index_path) != info.index_digest:
+        raise DataError(f"{index_path} is not the index {sidecar_path(index_path).name} describes (the two were separated or one was changed); {rebuild}")
+    location = Path(embeddings)
+    fingerprint = embeddings_fingerprint([location]) if location.is_file() else ""
+    if fingerprint != info.fingerprint:
+        raise DataError(f"index {index_path} was built from other embeddings than {embeddings} (fingerprint mismatch); {rebuild}")
+    if info.n != count or info.dim != dims:
+        raise DataError(f"index {index_path} holds {info.n} vectors of {info.dim} dims but {embeddings} has {count} of {dims}; {rebuild}")
+    index = read_checked(index_path, info)
+    params = checked_params(info.search_params, index_path)
+    try:
+        apply_params(index, params)
+    except RuntimeError:
+        raise DataError(f"{sidecar_path(index_path)}: search parameters {params!r} do not apply to a {info.factory} index; {rebuild}") from None
+    return index, info
+
+
+def checked_params(params: str, index_path: Path) -> str:
+    """The sidecar's search parameters, if they are the few names and small numbers cl-zoo writes."""
+    if params and not all(_PARAM.match(part) for part in params.split(",")):
+        raise DataError(f"{sidecar_path(index_path)}: unknown search parameters {params[:80]!r}; rebuild the index with cl-zoo index")
+    return params
+
+
+def read_checked(index_path: Path, info: IndexInfo):  # noqa: ANN201 - a faiss.Index
+    """Read the index file under a memory bound and check its tables before any search."""
+    faiss = require_faiss()
+    size = index_path.stat().st_size
+    try:
+        with address_space_limit(4 * size + INDEX_READ_SLACK):
+            index = faiss.read_index(str(index_path))
+    except MemoryError:
+        raise DataError(f"{index_path} is not a faiss index (its counts ask for more memory than a {size}-byte file can hold)") from None
+    except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
+        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{index_path} is not a faiss index ({first})") from None
+    if isinstance(index, faiss.IndexPreTransform):
+        problem = pq_structure_problem(index, faiss, size)
+    else:
+        problem = structure_problem(index, faiss, size)
+    if not problem and (index.ntotal != info.n or index.d != info.dim):
+        problem = f"it holds {index.ntotal} vectors of {index.d} dims, its description says {info.n} of {info.dim}"
+    if problem:
+        raise DataError(f"{index_path} is not a usable faiss index ({problem}); rebuild it with cl-zoo index")
+    return index
+
+
+def pq_structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss objects
+    """The checks of :func:`cl_zoo.search.structure_problem` for ``OPQ,IVF[_HNSW],PQ`` indexes."""
+    if index.metric_type != faiss.METRIC_INNER_PRODUCT:
+        return "it does not rank by inner product (cosine)"
+    if index.chain.size() != 1:
+        return "it has an unexpected chain of transforms"
+    transform = faiss.downcast_VectorTransform(index.chain.at(0))
+    if not isinstance(transform, faiss.LinearTransform) or not transform.is_trained:
+        return "its transform is not a trained rotation"
+    d_in, d_out = int(transform.d_in), int(transform.d_out)
+    if d_in != index.d or d_out < 1 or faiss.vector_to_array(transform.A).size != d_in * d_out or d_in * d_out * 4 > size:
+        return "its rotation matrix does not match its dims"
+    ivf = faiss.downcast_index(index.index)
+    if not isinstance(ivf, faiss.IndexIVFPQ) or ivf.metric_type != faiss.METRIC_INNER_PRODUCT:
+        return f"{type(ivf).__name__} is not a type cl-zoo writes"
+    n = int(ivf.ntotal)
+    pq = ivf.pq
+    if ivf.d != d_out or pq.d != d_out or pq.nbits != 8 or pq.M < 1 or pq.M * pq.dsub != pq.d or pq.code_size != ivf.code_size:
+        return "its product quantizer does not match its dims"
+    if faiss.vector_to_array(pq.centroids).size != pq.M * pq.ksub * pq.dsub or n != index.ntotal or n * pq.code_size > size:
+        return f"it claims {n} codes of {pq.code_size} bytes in {size} bytes"
+    quantizer = faiss.downcast_index(ivf.quantizer)
+    if not isinstance(quantizer, (faiss.IndexFlat, faiss.IndexHNSWFlat)) or quantizer.d != d_out or quantizer.ntotal != ivf.nlist:
+        return "its coarse quantizer does not match its lists"
+    return structure_problem(quantizer, faiss, size) or inverted_lists_problem(ivf, faiss)
+
+
+__all__ = ["load_saved_index"]
