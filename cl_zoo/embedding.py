@@ -1011,42 +1011,22 @@ def read_npy_features(path: str | os.PathLike[str]) -> np.ndarray:
     """A 2-D float ``.npy`` as float32, its header checked before any data is read.
 
     The header is only a few bytes of text; trusting it would let a small file ask for an array
-    of 10^14 elements, an object array (pickles) or strings. So the dtype must be a float type, the
-    shape two non-negative sizes, and the file exactly as long as the header says; then the data is
-    read through a memory map, bounded by the file itself.
+    of 10^14 elements, an object array (pickles) or strings. The check is
+    :func:`cl_zoo.index.source.read_npy_header`'s (shared with ``cl-zoo index``, which reads the
+    same files block by block); then the data is read through a memory map, bounded by the file.
     """
-    path = Path(path)
-    fmt = np.lib.format
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh, warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # numpy's note on Python-2-style headers
-            major, _ = fmt.read_magic(fh)
-            if major == 1:
-                shape, fortran, dtype = fmt.read_array_header_1_0(fh)
-            elif major in (2, 3):
-                shape, fortran, dtype = fmt.read_array_header_2_0(fh)
-            else:
-                raise ValueError(f"unsupported .npy format version {major}")
-            offset = fh.tell()
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except Exception as exc:  # noqa: BLE001 - numpy raises ValueError, SyntaxError, EOFError... on bad headers
-        raise DataError(f"{path} is not a readable .npy file ({' '.join(str(exc).split())[:160]})") from None
-    if dtype.kind != "f" or dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
-        raise DataError(f"{path} holds {dtype} values, not floating-point embeddings")
-    if len(shape) != 2 or any(not isinstance(n, int) or n < 0 for n in shape):
-        raise DataError(f"{path} has shape {shape}; embeddings are a 2-D array (rows x dims)")
-    expected = offset + shape[0] * shape[1] * dtype.itemsize
-    if expected != size:
-        raise DataError(f"{path} is {size} bytes but its header describes a {shape[0]}x{shape[1]} {dtype} array ({expected} bytes)")
-    if shape[0] * shape[1] == 0:
+    from cl_zoo.index.source import read_npy_header
+
+    header = read_npy_header(path)
+    shape = (header.rows, header.dims)
+    if header.rows * header.dims == 0:
         return np.zeros(shape, np.float32)
     try:
-        data = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+        data = np.memmap(header.path, dtype=header.dtype, mode="r", offset=header.offset, shape=shape,
+                         order="F" if header.fortran else "C")
         return np.array(data, dtype=np.float32, order="C")
     except (OSError, ValueError) as exc:
-        raise DataError(f"{path} is not a readable .npy file ({exc})") from None
+        raise DataError(f"{header.path} is not a readable .npy file ({exc})") from None
 
 
 def read_metadata(info: str | os.PathLike[str]) -> dict[str, object]:
