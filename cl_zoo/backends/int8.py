@@ -62,8 +62,6 @@ import json
 import math
 import os
 import random
-import shutil
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -243,6 +241,8 @@ def quantized_graph(fp32_folder: Path, pixels: np.ndarray, *, threads: int | Non
     """
     import openvino as ov
 
+    from cl_zoo.backends.openvino import save_graph_folder
+
     digest = pixels_digest(pixels)
     folder = fp32_folder / f"int8-{int8_key(digest)}"
     if (folder / "model.xml").is_file() and (folder / "fidelity.json").is_file():
@@ -263,20 +263,9 @@ def quantized_graph(fp32_folder: Path, pixels: np.ndarray, *, threads: int | Non
         reference = run_graph(core.compile_model(core.read_model(str(fp32_folder / "model.xml")), "CPU", config), held)
         candidate = run_graph(core.compile_model(quantized.clone(), "CPU", config), held)
         fidelity = Fidelity(neighbour_recall(reference, candidate), min_cosine(reference, candidate), len(held), len(calibrate))
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=fp32_folder))
-    try:
-        ov.save_model(quantized, str(tmp / "model.xml"), compress_to_fp16=False)
-        record = {"measured": fidelity is not None, "calibration_sha256": digest, **(asdict(fidelity) if fidelity else {})}
-        (tmp / "fidelity.json").write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        if folder.exists():  # an entry without a readable gate record: replace it
-            shutil.rmtree(folder, ignore_errors=True)
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if not (folder / "model.xml").is_file():  # lost a race to another process: theirs is as good
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    record = {"measured": fidelity is not None, "calibration_sha256": digest, **(asdict(fidelity) if fidelity else {})}
+    # replace: an entry without a readable gate record is made again over the old one
+    save_graph_folder(quantized, folder, {"fidelity.json": json.dumps(record, indent=1) + "\n"}, replace=True)
     return folder, fidelity, True
 
 

@@ -106,15 +106,30 @@ def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float],
     except Exception as exc:  # noqa: BLE001 - any tracer/frontend failure means "not convertible"
         text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         raise ConversionError(f"{type(exc).__name__}: {text}") from None
+    save_graph_folder(graph, folder, {"source.json": json.dumps({"input": [h, w], "mean": list(mean), "std": list(std)}) + "\n"})
+
+
+def save_graph_folder(graph: Any, folder: Path, files: dict[str, str], *, replace: bool = False) -> None:
+    """Write ``graph`` as ``folder/model.xml`` (+ ``.bin``) with the text ``files`` beside it, atomically.
+
+    Everything goes to a temporary sibling that is renamed into place, so a reader never sees half
+    a cache entry; ``replace`` first removes an entry already there (one found damaged). Losing the
+    rename to another process that wrote the same entry is fine: theirs is as good.
+    """
+    import openvino as ov
+
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
     try:
         ov.save_model(graph, str(tmp / "model.xml"), compress_to_fp16=False)
-        (tmp / "source.json").write_text(json.dumps({"input": [h, w], "mean": list(mean), "std": list(std)}) + "\n")
+        for name, text in files.items():
+            (tmp / name).write_text(text, encoding="utf-8")
+        if replace and folder.exists():
+            shutil.rmtree(folder, ignore_errors=True)
         try:
             os.rename(tmp, folder)
         except OSError:
-            if not (folder / "model.xml").is_file():  # lost a race to another process: theirs is as good
+            if not (folder / "model.xml").is_file():
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -230,4 +245,4 @@ class OpenVINORunner:
         return out
 
 
-__all__ = ["ConversionError", "OpenVINORunner", "conversion_key", "is_cached", "openvino_cache_dir"]
+__all__ = ["ConversionError", "OpenVINORunner", "conversion_key", "is_cached", "openvino_cache_dir", "save_graph_folder"]
