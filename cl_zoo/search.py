@@ -91,11 +91,11 @@ def save_index(index, path: str | os.PathLike[str]) -> Path:  # noqa: ANN001 - a
 
 
 # What reading an index may allocate beyond its file size: faiss objects, small tables, malloc arenas.
-INDEX_READ_SLACK = 512 << 20
+_INDEX_READ_SLACK = 512 << 20
 
 
 @contextlib.contextmanager
-def address_space_limit(extra: int) -> Iterator[None]:
+def _address_space_limit(extra: int) -> Iterator[None]:
     """Let this process grow by at most ``extra`` bytes of address space inside the block.
 
     faiss sizes its arrays from counts in the file before reading them, so a damaged count makes
@@ -127,7 +127,7 @@ def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: 
     """Read a faiss index, refusing one built over a different set of embeddings.
 
     The file is untrusted input: faiss's own errors (``RuntimeError``), allocations its counts
-    ask for beyond what the file can hold (``MemoryError``, bounded by :func:`address_space_limit`)
+    ask for beyond what the file can hold (``MemoryError``, bounded by :func:`_address_space_limit`)
     and the index it yields (a vector count and size that fit the file) all end as one
     :class:`DataError` line.
     """
@@ -138,13 +138,7 @@ def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: 
     size = path.stat().st_size
     if size == 0:
         raise DataError(f"{path} is not a faiss index (empty file)")
-    try:
-        with address_space_limit(4 * size + INDEX_READ_SLACK):
-            index = faiss.read_index(str(path))
-    except MemoryError:
-        raise DataError(f"{path} is not a faiss index (its counts ask for more memory than a {size}-byte file can hold)") from None
-    except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
-        raise DataError(f"{path} is not a faiss index ({str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__})") from None
+    index = read_faiss_file(path, size)
     problem = structure_problem(index, faiss, size)
     if problem:
         raise DataError(f"{path} is not a usable faiss index ({problem}); rebuild it (drop --load-index)")
@@ -154,6 +148,23 @@ def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: 
             f"{count} of {dims}; rebuild it (drop --load-index)"
         )
     return index
+
+
+def read_faiss_file(path: Path, size: int):  # noqa: ANN201 - a faiss.Index
+    """``faiss.read_index`` of an untrusted ``size``-byte file, its allocations bounded by the file.
+
+    faiss's own errors and allocations its counts ask for beyond what the file can hold end as one
+    :class:`DataError` line; the caller checks the structure of what comes back.
+    """
+    faiss = require_faiss()
+    try:
+        with _address_space_limit(4 * size + _INDEX_READ_SLACK):
+            return faiss.read_index(str(path))
+    except MemoryError:
+        raise DataError(f"{path} is not a faiss index (its counts ask for more memory than a {size}-byte file can hold)") from None
+    except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
+        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
+        raise DataError(f"{path} is not a faiss index ({first})") from None
 
 
 def structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss objects
@@ -373,7 +384,6 @@ def groups_from_pairs(n: int, rows: np.ndarray, cols: np.ndarray) -> list[list[i
 
 __all__ = [
     "INDEX_KINDS",
-    "address_space_limit",
     "build_index",
     "dedup_groups",
     "dedup_threshold_for",
@@ -383,6 +393,7 @@ __all__ = [
     "load_index",
     "nearest_neighbour_scores",
     "normalize",
+    "read_faiss_file",
     "require_faiss",
     "save_index",
     "search",

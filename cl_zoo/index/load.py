@@ -19,10 +19,9 @@ from cl_zoo.index.evaluate import apply_params
 from cl_zoo.index.fingerprint import embeddings_fingerprint, file_digest
 from cl_zoo.index.sidecar import IndexInfo, read_info, sidecar_path
 from cl_zoo.search import (
-    INDEX_READ_SLACK,
-    address_space_limit,
     inverted_lists_problem,
     load_index,
+    read_faiss_file,
     require_faiss,
     structure_problem,
 )
@@ -73,14 +72,7 @@ def read_checked(index_path: Path, info: IndexInfo):  # noqa: ANN201 - a faiss.I
     """Read the index file under a memory bound and check its tables before any search."""
     faiss = require_faiss()
     size = index_path.stat().st_size
-    try:
-        with address_space_limit(4 * size + INDEX_READ_SLACK):
-            index = faiss.read_index(str(index_path))
-    except MemoryError:
-        raise DataError(f"{index_path} is not a faiss index (its counts ask for more memory than a {size}-byte file can hold)") from None
-    except (RuntimeError, ValueError, TypeError, OverflowError) as exc:
-        first = str(exc).strip().splitlines()[0][:120] if str(exc).strip() else type(exc).__name__
-        raise DataError(f"{index_path} is not a faiss index ({first})") from None
+    index = read_faiss_file(index_path, size)
     if isinstance(index, faiss.IndexPreTransform):
         problem = pq_structure_problem(index, faiss, size)
     else:
