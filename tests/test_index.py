@@ -277,24 +277,12 @@ def test_dedup_with_index_file_matches_exact_dedup(tmp_path: Path, capsys: pytes
 
 
 def test_search_uses_a_saved_index_and_refuses_another_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import dataclasses
     import shutil
 
-    import torch
+    from test_search import embed_test_photos
 
-    import cl_zoo
-
-    photos_src = Path(__file__).parent / "data" / "embed"
-    torch.manual_seed(0)
-    model = cl_zoo.create_model("resnet18", width=0.25)
-    model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, input_size=(3, 32, 32))
-    cl_zoo.save_pretrained(model, tmp_path / "model")
+    emb = embed_test_photos(tmp_path)
     photos = tmp_path / "photos"
-    photos.mkdir()
-    for name in ["photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp"]:
-        shutil.copy(photos_src / name, photos / name)
-    emb = tmp_path / "emb.npy"
-    assert main(["embed", str(photos), "-m", str(tmp_path / "model"), "-o", str(emb), "-j", "0", "-q"]) == 0
     index = tmp_path / "emb.faiss"
     assert main(["index", str(emb), "--out", str(index), "--max-memory", "64M", "-q"]) == 0
     capsys.readouterr()

@@ -76,7 +76,9 @@ def test_dedup_groups_transitive_and_inclusive_threshold() -> None:
     assert dedup_groups(np.array([[1.0, 0.0], [1.0, 0.0]], np.float32), 1.0) == [[0, 1]]  # ">=" holds at 1.0
 
 
-def test_search_and_dedup_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def embed_test_photos(tmp_path: Path, copies: dict[str, str] | None = None) -> Path:
+    """The four test photos (plus ``copies``: new name -> photo) embedded by a seeded quarter-width
+    ResNet-18 at 32 px into ``tmp_path/emb.npy``; the model is saved in ``tmp_path/model``."""
     torch.manual_seed(0)
     model = cl_zoo.create_model("resnet18", width=0.25)
     model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, input_size=(3, 32, 32))
@@ -85,9 +87,16 @@ def test_search_and_dedup_commands(tmp_path: Path, capsys: pytest.CaptureFixture
     photos.mkdir()
     for name in ["photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp"]:
         shutil.copy(DATA / name, photos / name)
-    shutil.copy(DATA / "photo2.JPEG", photos / "copy_of_photo2.jpg")
+    for name, source in (copies or {}).items():
+        shutil.copy(DATA / source, photos / name)
     emb = tmp_path / "emb.npy"
     assert main(["embed", str(photos), "-m", str(tmp_path / "model"), "-o", str(emb), "-j", "0", "-q"]) == 0
+    return emb
+
+
+def test_search_and_dedup_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    emb = embed_test_photos(tmp_path, {"copy_of_photo2.jpg": "photo2.JPEG"})
+    photos = tmp_path / "photos"
     capsys.readouterr()
 
     query = str(photos / "photo2.JPEG")
