@@ -47,7 +47,8 @@ from cl_zoo.backends import openvino_available  # noqa: E402
 from cl_zoo.backends.int8 import int8_available  # noqa: E402
 from cl_zoo.data.images import discover_images  # noqa: E402
 from cl_zoo.data.workers import default_workers  # noqa: E402
-from cl_zoo.embedding import Preprocess, _collate, _ImageList, extract_features, resolve_device  # noqa: E402
+from cl_zoo.embedding import Preprocess, extract_features, resolve_device  # noqa: E402
+from cl_zoo.embedding.preprocess import ImageList, collate_images  # noqa: E402
 from cl_zoo.precision import cpu_capability  # noqa: E402
 
 
@@ -177,7 +178,7 @@ def main() -> int:
 
     # Where the time goes: decoding alone (both pipelines) and the model alone.
     pre = Preprocess.from_model(model)
-    dec_ours = decode_only(_ImageList(paths, pre), args.batch, workers, _collate)
+    dec_ours = decode_only(ImageList(paths, pre), args.batch, workers, collate_images)
     dec_base = decode_only(BaselineDataset(paths, baseline_transform(model)), args.batch, workers)
     print(f"decode only ({workers} workers): cl-zoo draft decode {dec_ours:.1f} images/s, baseline full decode {dec_base:.1f} images/s")
 

@@ -1,0 +1,188 @@
+"""What runs the model: an inference copy for torch, or a compiled OpenVINO (fp32/bf16/int8) graph.
+
+The model runs in ``inference_mode``, channels-last, with BatchNorm folded into convolutions (exact
+up to float rounding), under bf16 autocast where the hardware makes it faster (``precision="auto"``:
+CUDA, and CPUs with AMX or AVX512_BF16; see :mod:`cl_zoo.precision`), or compiled by OpenVINO
+(``backend``, see :mod:`cl_zoo.backends`); features are float32 either way.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import warnings
+from dataclasses import asdict
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+
+from cl_zoo.embedding.preprocess import (
+    Preprocess,
+    decode_images,
+)
+from cl_zoo.errors import ClZooError, DataError
+
+
+class FeaturesOnly(nn.Module):
+    """``forward_features`` as ``forward`` so that torch.fx traces the feature path only."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fn = getattr(self.model, "forward_features", self.model)
+        return fn(x)
+
+
+def prepare_model(model: nn.Module, device: torch.device, *, fuse: bool = True) -> nn.Module:
+    """An inference copy of ``model``: eval, BN folded into convs when traceable, channels-last.
+
+    (TorchScript freezing would prepack oneDNN weights for ~10% more on CPU, but costs ~9 CPU-s
+    to set up for a ResNet-50, more than it saves on typical folders.)
+
+    The caller's model is never modified.
+    """
+    wrapped = FeaturesOnly(model).eval()
+    fused: nn.Module | None = None
+    if fuse:
+        try:
+            from torch.fx.experimental.optimization import fuse as fx_fuse
+
+            fused = fx_fuse(wrapped)  # works on a deep copy
+        except Exception:  # noqa: BLE001 - untraceable models simply run unfused
+            fused = None
+    out = fused if fused is not None else copy.deepcopy(wrapped)
+    return out.eval().to(device=device, memory_format=torch.channels_last)
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    if isinstance(device, torch.device):
+        return device
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ClZooError("--device cuda was asked for but no CUDA GPU is available")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise ClZooError(f"unknown device {device!r}; use auto, cpu or cuda") from None
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """A digest of the weights and buffers, so progress files are never mixed across models."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(str(tuple(tensor.shape)).encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+
+def inference_autocast(device: torch.device, precision: str):  # noqa: ANN202 - a context manager
+    from cl_zoo.precision import autocast
+
+    return autocast(device, precision)
+
+
+
+def resolve_engine(
+    model: nn.Module, device: str | torch.device, precision: str, backend: str, images: int, fingerprint: str | None = None
+) -> tuple[str, Any]:
+    """(resolved precision, :class:`~cl_zoo.backends.BackendChoice`) for embedding ``images`` files.
+
+    What :func:`extract_features` will run, before it runs: the feature cache keys on it.
+    """
+    from cl_zoo.backends import resolve_backend
+    from cl_zoo.precision import resolve_precision
+
+    dev = resolve_device(device)
+    resolved = resolve_precision(precision, dev)
+    cached = False
+    if backend == "auto" and dev.type == "cpu":
+        from cl_zoo.backends import openvino_available
+
+        if openvino_available():
+            from cl_zoo.backends.openvino import is_cached
+
+            pre = Preprocess.from_model(model)
+            cached = is_cached(fingerprint or model_fingerprint(model), pre.crop_size, pre.mean, pre.std)
+    return resolved, resolve_backend(backend, dev, resolved, images=images, cached=cached)
+
+
+def openvino_runner(model: nn.Module, fingerprint: str, preprocess: Preprocess, precision: str) -> tuple[Any, str]:
+    """The compiled OpenVINO model, or ``None`` and why (warned once) when it cannot convert."""
+    from cl_zoo.backends.openvino import ConversionError, OpenVINORunner
+    from cl_zoo.precision import usable_cores
+
+    try:
+        runner = OpenVINORunner(
+            model, fingerprint=fingerprint, input_hw=preprocess.crop_size, mean=preprocess.mean, std=preprocess.std,
+            precision=precision, threads=usable_cores(),
+        )
+    except ConversionError as exc:
+        name = getattr(model, "model_name", None) or type(model).__name__
+        reason = f"OpenVINO cannot convert {name} ({exc.reason}); running on torch"
+        warnings.warn(reason, stacklevel=3)
+        return None, reason
+    return runner, "converted now" if runner.converted else "compiled from the cache"
+
+
+def int8_runner(
+    model: nn.Module, fingerprint: str, preprocess: Preprocess, candidates: Sequence[str], size: int | None, seed: int,
+    force: bool, workers: int, dev: torch.device,
+) -> tuple[Any, str, str, dict[str, Any]]:
+    """(runner, precision that runs, why, quantization record) for ``precision="int8"``.
+
+    A failed gate (or too few images to measure one) warns once and falls back to the float
+    precision ``auto`` picks on OpenVINO; ``force`` keeps int8 and says so in the record.
+    """
+    from cl_zoo.backends.int8 import (
+        CALIBRATION_SIZE,
+        Int8Rejected,
+        calibration_sample,
+        pixels_digest,
+    )
+    from cl_zoo.backends.openvino import OpenVINORunner
+    from cl_zoo.precision import resolve_precision, usable_cores
+
+    chosen = calibration_sample([os.fspath(p) for p in candidates], CALIBRATION_SIZE if size is None else size, seed)
+    pixels = decode_images(chosen, preprocess, workers)
+    if len(pixels) == 0:
+        raise DataError(f"none of the {len(chosen)} calibration images could be read")
+    record: dict[str, Any] = {
+        "calibration_images": len(pixels), "calibration_seed": seed, "calibration_sha256": pixels_digest(pixels),
+        "forced": bool(force), "recipe": "NNCF post-training quantization, PERFORMANCE preset, min/max activation ranges, full bias correction",
+    }
+    try:
+        import nncf
+
+        record["nncf"] = nncf.__version__
+        runner = OpenVINORunner(
+            model, fingerprint=fingerprint, input_hw=preprocess.crop_size, mean=preprocess.mean, std=preprocess.std,
+            precision="int8", threads=usable_cores(), calibration=pixels, force_int8=force,
+        )
+    except Int8Rejected as exc:
+        fallback = resolve_precision("auto", dev)
+        if exc.fidelity is not None:
+            record["fidelity"] = {**asdict(exc.fidelity), "passed": False}
+        record["ran"] = False
+        reason = f"int8 rejected: {exc.reason}; running {fallback} instead (--force-int8 keeps int8)"
+        warnings.warn(reason, stacklevel=3)
+        runner, why = openvino_runner(model, fingerprint, preprocess, fallback)
+        if runner is None:
+            raise ClZooError(f"{reason}, but OpenVINO cannot run this model ({why})") from None
+        return runner, fallback, reason, record
+    record["ran"] = True
+    if runner.fidelity is not None:
+        record["fidelity"] = {**asdict(runner.fidelity), "passed": runner.fidelity.passed}
+        why = ("forced; " if force and not runner.fidelity.passed else "") + runner.fidelity.describe()
+    else:
+        why = f"forced; {len(pixels)} calibration images are too few to measure fidelity"
+    made = "quantized now" if runner.quantized else "int8 model from the cache"
+    return runner, "int8", f"{made}; {why}", record
+
+

@@ -1,0 +1,331 @@
+"""Embedding files: one ``.npy`` with its sidecars, or one ``.parquet``, written atomically and read as untrusted."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from cl_zoo.embedding.checks import (
+    NonFiniteFeatureError,
+    display_path,
+)
+from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import atomic_path
+
+OUTPUT_SUFFIXES = (".npy", ".parquet")
+
+
+def sidecar(out: str | os.PathLike[str], suffix: str) -> Path:
+    """``emb.npy`` -> ``emb<suffix>`` (``.paths.jsonl``, ``.csv``, ``.failures.csv``, ``.parts``...)."""
+    out = Path(out)
+    return out.with_name(out.stem + suffix)
+
+
+
+def _atomic_write(final: Path, write: Any) -> None:
+    """Let ``write`` fill a same-folder temporary by name (see fileio); no folder is created."""
+    with atomic_path(final, mkdir=False) as tmp:
+        write(str(tmp))
+
+
+PATHS_SIDECAR = ".paths.jsonl"
+LEGACY_PATHS_SIDECAR = ".paths.txt"
+# Sidecar metadata is a few hundred bytes; anything far larger is not ours and is not parsed.
+_MAX_META_BYTES = 16 << 20
+
+
+def write_path_list(final: str | os.PathLike[str], paths: Sequence[str]) -> Path:
+    """One JSON string per line, written atomically.
+
+    File names may hold ``\n``, ``\r`` or U+2028, so a plain line list would split them; JSON with
+    ``ensure_ascii`` escapes every such character (and any undecodable byte kept by Python as a
+    lone surrogate), so each row is exactly one ``\n``-terminated line of ASCII.
+    """
+    final = Path(final)
+    _atomic_write(final, lambda tmp: Path(tmp).write_text("".join(json.dumps(p) + "\n" for p in paths), encoding="ascii"))
+    return final
+
+
+def read_path_list(listing: str | os.PathLike[str]) -> list[str]:
+    """The row paths of an embeddings file: ``.paths.jsonl`` lines, or an old ``.paths.txt``.
+
+    Old listings hold one raw name per ``\n``-terminated line (what earlier versions wrote), so
+    they are split on ``\n`` only: splitting on every Unicode line break, as before, miscounted
+    rows whose names hold ``\r`` or U+2028.
+    """
+    listing = Path(listing)
+    try:
+        data = listing.read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read {listing}: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{listing} is not UTF-8 text (byte {exc.start})") from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if listing.name.endswith(LEGACY_PATHS_SIDECAR):
+        return lines
+    paths = []
+    for n, line in enumerate(lines, 1):
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            raise DataError(f"{listing} line {n} is not a JSON string") from None
+        if not isinstance(value, str):
+            raise DataError(f"{listing} line {n} is {type(value).__name__}, not a JSON string path")
+        paths.append(value)
+    return paths
+
+
+def path_listing(embeddings: str | os.PathLike[str]) -> Path:
+    """The sidecar naming the rows of a ``.npy``: ``.paths.jsonl``, else an old ``.paths.txt``."""
+    listing = sidecar(embeddings, PATHS_SIDECAR)
+    legacy = sidecar(embeddings, LEGACY_PATHS_SIDECAR)
+    return legacy if not listing.is_file() and legacy.is_file() else listing
+
+
+def save_embeddings(
+    out: str | os.PathLike[str], features: np.ndarray, paths: Sequence[str], metadata: dict[str, str], *, half: bool = False
+) -> list[Path]:
+    """Write ``.npy`` (+ ``.paths.jsonl``, ``.csv``, ``.meta.json``) or ``.parquet``; returns the files.
+
+    Every file is written under a temporary name and renamed into place, the sidecars before the
+    array, so a reader never sees an array without its row names. Row paths are stored absolute,
+    so the file means the same thing from any working directory. A ``.paths.txt`` left by an
+    older version beside the output is removed, so no stale listing contradicts the new one.
+    Non-finite features are refused (:class:`NonFiniteFeatureError`) before anything is written.
+    """
+    out = Path(out)
+    paths = [os.path.abspath(p) for p in paths]
+    if out.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise ClZooError(f"output {out} must end in .npy or .parquet")
+    if features.ndim != 2 or len(features) != len(paths):
+        raise DataError(f"cannot save {features.shape} features for {len(paths)} paths")
+    bad = ~np.isfinite(features).all(axis=1)
+    if bad.any():
+        raise NonFiniteFeatureError(f"feature of {display_path(paths[int(np.flatnonzero(bad)[0])])} is not finite (NaN or inf); nothing was written to {out}")
+    array = features.astype(np.float16 if half else np.float32)
+    if half and not np.isfinite(array).all():
+        raise DataError(f"features exceed the float16 range; save {out} without --half")
+    meta: dict[str, object] = {**metadata, "dims": int(array.shape[1]), "count": len(paths), "dtype": str(array.dtype)}
+    if out.suffix.lower() == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        unencodable = next((p for p in paths if not _utf8_encodable(p)), None)
+        if unencodable is not None:
+            raise DataError(f"file name {unencodable!r} is not UTF-8, which parquet strings must be; write a .npy output instead")
+        values = pa.array(array.reshape(-1), type=pa.float16() if half else pa.float32())
+        column = pa.FixedSizeListArray.from_arrays(values, array.shape[1]) if len(paths) else pa.array([], pa.list_(pa.float32(), array.shape[1]))
+        table = pa.table({"path": pa.array(list(paths), pa.string()), "embedding": column})
+        # bytes only: nested records (int8's quantization) as JSON text, scalars as they print
+        table = table.replace_schema_metadata({f"cl_zoo.{k}": json.dumps(v) if isinstance(v, (dict, list)) else str(v)
+                                               for k, v in meta.items()})
+        _atomic_write(out, lambda tmp: pq.write_table(table, tmp))
+        return [out]
+    written = []
+    listing = write_path_list(sidecar(out, PATHS_SIDECAR), paths)
+    table = sidecar(out, ".csv")
+
+    def write_csv(tmp: str) -> None:
+        # surrogateescape: a name that is not UTF-8 is written as its own bytes, i.e. the real name.
+        with open(tmp, "w", newline="", encoding="utf-8", errors="surrogateescape") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["index", "path"])
+            writer.writerows(enumerate(paths))
+
+    _atomic_write(table, write_csv)
+    info = sidecar(out, ".meta.json")
+    _atomic_write(info, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
+
+    def write_npy(tmp: str) -> None:
+        with open(tmp, "wb") as fh:  # a file object: np.save would append ".npy" to a bare name
+            np.save(fh, array)
+
+    _atomic_write(out, write_npy)
+    sidecar(out, LEGACY_PATHS_SIDECAR).unlink(missing_ok=True)
+    written += [out, listing, table, info]
+    return written
+
+
+def _utf8_encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def read_npy_features(path: str | os.PathLike[str]) -> np.ndarray:
+    """A 2-D float ``.npy`` as float32, its header checked before any data is read.
+
+    The header is only a few bytes of text; trusting it would let a small file ask for an array
+    of 10^14 elements, an object array (pickles) or strings. The check is
+    :func:`cl_zoo.index.source.read_npy_header`'s (shared with ``cl-zoo index``, which reads the
+    same files block by block); then the data is read through a memory map, bounded by the file.
+    """
+    from cl_zoo.index.source import read_npy_header
+
+    header = read_npy_header(path)
+    shape = (header.rows, header.dims)
+    if header.rows * header.dims == 0:
+        return np.zeros(shape, np.float32)
+    try:
+        data = np.memmap(header.path, dtype=header.dtype, mode="r", offset=header.offset, shape=shape,
+                         order="F" if header.fortran else "C")
+        return np.array(data, dtype=np.float32, order="C")
+    except (OSError, ValueError) as exc:
+        raise DataError(f"{header.path} is not a readable .npy file ({exc})") from None
+
+
+def read_metadata(info: str | os.PathLike[str]) -> dict[str, object]:
+    """A ``.meta.json`` sidecar: a JSON object whose recorded fields have their recorded types."""
+    info = Path(info)
+    try:
+        if info.stat().st_size > _MAX_META_BYTES:
+            raise DataError(f"{info} is {info.stat().st_size} bytes, too large for an embeddings metadata file")
+        meta = json.loads(info.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise DataError(f"cannot read {info}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise DataError(f"{info} is not valid JSON ({' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(meta, dict):
+        raise DataError(f"{info} holds a JSON {type(meta).__name__}, not an object")
+    return _checked_metadata(meta, str(info))
+
+
+def _checked_metadata(meta: dict[str, object], where: str) -> dict[str, object]:
+    """Refuse recorded fields of the wrong type, which later steps would trip over."""
+    for key in ("dims", "count"):
+        if key in meta and (isinstance(meta[key], bool) or not isinstance(meta[key], int) or meta[key] < 0):  # type: ignore[operator]
+            raise DataError(f"{where}: {key} must be a non-negative integer, got {meta[key]!r}")
+    for key in ("model", "model_name", "source", "revision", "dtype"):
+        if key in meta and not isinstance(meta[key], str):
+            raise DataError(f"{where}: {key} must be a string, got {type(meta[key]).__name__}")
+    return meta
+
+
+def _parquet_embeddings(path: Path) -> tuple[np.ndarray, list[str], dict[str, object]]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+        paths_col = table.column("path") if "path" in table.column_names else None
+        emb_col = table.column("embedding") if "embedding" in table.column_names else None
+        if paths_col is None or emb_col is None:
+            raise DataError(f"{path} has no 'path' and 'embedding' columns; was it written by cl-zoo embed?")
+        column = emb_col.combine_chunks()
+        raw_meta = table.schema.metadata or {}
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any parse failure (ArrowInvalid, OSError, MemoryError...) is a bad file
+        raise DataError(f"{path} is not a readable parquet file ({' '.join(str(exc).split())[:160]})") from None
+    meta: dict[str, object] = {}
+    for k, v in raw_meta.items():
+        if k.startswith(b"cl_zoo."):
+            try:
+                meta[k.decode()[len("cl_zoo."):]] = v.decode()
+            except UnicodeDecodeError:
+                raise DataError(f"{path}: metadata {k!r} is not UTF-8 text") from None
+    for key in ("dims", "count"):  # numbers, as in .meta.json
+        if key in meta:
+            text = str(meta[key]).strip()
+            if not text.isdigit() or not text.isascii():
+                raise DataError(f"{path}: metadata {key} must be a non-negative integer, got {text[:40]!r}")
+            meta[key] = int(text)
+    if not (pa.types.is_string(paths_col.type) or pa.types.is_large_string(paths_col.type)):
+        raise DataError(f"{path}: the 'path' column holds {paths_col.type}, not strings")
+    if paths_col.null_count:
+        raise DataError(f"{path}: the 'path' column has {paths_col.null_count} empty (null) rows")
+    kind = column.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)):
+        raise DataError(f"{path}: the 'embedding' column holds {kind}, not lists of numbers")
+    if not pa.types.is_floating(kind.value_type):
+        raise DataError(f"{path}: the 'embedding' column holds lists of {kind.value_type}, not floating-point numbers")
+    n = len(column)
+    if n != len(paths_col):
+        raise DataError(f"{path} has {n} embeddings but {len(paths_col)} paths")
+    if column.null_count:
+        raise DataError(f"{path}: the 'embedding' column has {column.null_count} empty (null) rows")
+    if n:
+        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+        dims = int(lengths[0])
+        if (lengths != dims).any():
+            row = int(np.flatnonzero(lengths != dims)[0])
+            raise DataError(f"{path}: embedding rows differ in length ({dims} in row 0, {int(lengths[row])} in row {row}); refusing to reshape them")
+    else:
+        dims = int(meta.get("dims", 0))  # type: ignore[arg-type]
+    if "dims" in meta and meta["dims"] != dims and n:
+        raise DataError(f"{path} records dims {meta['dims']} but its embeddings have {dims}")
+    values = pc.list_flatten(column) if not pa.types.is_fixed_size_list(kind) else column.flatten()
+    if values.null_count:
+        raise DataError(f"{path}: the 'embedding' column holds {values.null_count} null numbers")
+    if len(values) != n * dims:
+        raise DataError(f"{path}: the 'embedding' column holds {len(values)} numbers, not {n} x {dims}")
+    features = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(n, dims)
+    try:
+        paths = [str(p) for p in paths_col.to_pylist()]
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: the 'path' column holds text that is not UTF-8 ({exc.reason})") from None
+    return features, paths, _checked_metadata(meta, str(path))
+
+
+def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str], dict[str, object]]:
+    """Read what :func:`save_embeddings` wrote: float32 features, paths, metadata.
+
+    These files are inputs like any other: each part is checked (types, sizes, row count against
+    the path list and the recorded count, finite values) and anything off is one
+    :class:`DataError` line; rows never silently shift against their paths.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"embeddings file does not exist: {path}")
+    if path.suffix.lower() == ".parquet":
+        features, paths, meta = _parquet_embeddings(path)
+        where = path.name
+    elif path.suffix.lower() == ".npy":
+        listing = path_listing(path)
+        if not listing.is_file():
+            raise DataError(f"{path} has no {listing.name} beside it naming its rows")
+        info = sidecar(path, ".meta.json")
+        meta = read_metadata(info) if info.is_file() else {}
+        features = read_npy_features(path)
+        paths = read_path_list(listing)
+        if len(paths) != features.shape[0]:
+            raise DataError(f"{path} has shape {features.shape} but {listing.name} lists {len(paths)} paths")
+        where = info.name
+    else:
+        raise DataError(f"{path}: embeddings must be a .npy or .parquet file")
+    for key, actual in (("count", features.shape[0]), ("dims", features.shape[1])):
+        if key in meta and meta[key] != actual and features.shape[0]:
+            raise DataError(f"{where} records {key} {meta[key]} but {path} has {actual}; the files do not belong together")
+    bad = ~np.isfinite(features).all(axis=1)
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise DataError(f"{path} row {row} ({display_path(paths[row])}) is not finite (NaN or inf); re-embed with a working model")
+    return features, paths, meta
+
+
+def write_failures(path: str | os.PathLike[str], failures: Sequence[tuple[str, str]]) -> Path:
+    """``path,reason`` rows, written atomically."""
+    final = Path(path)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w", newline="", encoding="utf-8") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["path", "reason"])
+            writer.writerows(failures)
+
+    _atomic_write(final, write)
+    return final
+
+

@@ -1,0 +1,175 @@
+"""Progress files: the fixed chunks that make a run resumable and shardable across ``torchrun`` ranks.
+
+The path list is cut into fixed chunks of whole batches. A chunk is the unit of progress files,
+of ``--resume`` and of ``torchrun`` sharding, and because batches never straddle chunks, a resumed
+or sharded run computes exactly the batches an uninterrupted single process would, so its output
+is the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from cl_zoo.embedding.engine import (
+    model_fingerprint,
+)
+from cl_zoo.embedding.preprocess import (
+    Preprocess,
+)
+from cl_zoo.errors import DataError
+from cl_zoo.fileio import atomic_path, atomic_write_text
+
+PROGRESS_MANIFEST = "manifest.json"
+
+
+@dataclass
+class Chunk:
+    features: np.ndarray
+    indices: np.ndarray
+    fail_indices: np.ndarray
+    fail_reasons: list[str]
+
+
+
+def dist_info() -> tuple[int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    return rank, world
+
+
+def barrier(world: int) -> None:
+    if world <= 1:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    dist.barrier()
+
+
+def save_chunk(folder: Path, k: int, chunk: Chunk) -> None:
+    with atomic_path(folder / f"part-{k:05d}.npz", suffix=".npz", mkdir=False) as tmp, open(tmp, "wb") as fh:
+        np.savez(
+            fh,
+            features=chunk.features,
+            indices=chunk.indices,
+            fail_indices=chunk.fail_indices,
+            fail_reasons=np.array(chunk.fail_reasons, dtype=np.str_),
+        )
+
+
+def load_chunk(folder: Path, k: int) -> Chunk | None:
+    path = folder / f"part-{k:05d}.npz"
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            chunk = Chunk(z["features"], z["indices"], z["fail_indices"], [str(r) for r in z["fail_reasons"]])
+    except (OSError, ValueError, KeyError, EOFError):
+        return None  # a damaged part is simply recomputed
+    if chunk.features.dtype.kind != "f" or not np.isfinite(chunk.features).all():
+        return None  # likewise a part whose features are not usable numbers
+    return chunk
+
+
+def paths_digest(paths: Sequence[str]) -> str:
+    """sha256 of the path list that no file name can make ambiguous.
+
+    Newline-joined (as progress folders always recorded it) while no name holds a newline, which
+    makes the join one-to-one; otherwise a JSON list, marked by a leading newline that no joined
+    list of non-empty names starts with.
+    """
+    if any("\n" in p for p in paths):
+        text = "\n" + json.dumps(list(paths))
+    else:
+        text = "\n".join(paths)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def progress_manifest(paths: Sequence[str], model: nn.Module, preprocess: Preprocess, batch_size: int, chunk_size: int, precision: str, device: torch.device, backend: str = "torch", fingerprint: str | None = None) -> dict[str, Any]:
+    return {
+        "count": len(paths),
+        "paths_sha256": paths_digest(paths),
+        "model_sha256": fingerprint or model_fingerprint(model),
+        "preprocess": [preprocess.resize_size, list(preprocess.crop_size), preprocess.interpolation, list(preprocess.mean), list(preprocess.std)],
+        "batch_size": batch_size,
+        "chunk_size": chunk_size,
+        "precision": precision,
+        "backend": backend,
+        "device_type": device.type,
+    }
+
+
+@dataclass(frozen=True)
+class SavedProgress:
+    """What an interrupted run left in its progress folder."""
+
+    images: int  # images (embedded or failed) in finished parts
+    total: int  # images of the whole run
+    parts: int  # finished part files
+
+    def __str__(self) -> str:
+        return f"{self.images} of {self.total} images in {self.parts} part{'s' if self.parts != 1 else ''}"
+
+
+def saved_progress(folder: str | os.PathLike[str]) -> SavedProgress | None:
+    """The finished parts in ``folder``, or ``None`` when there are none (nothing to lose)."""
+    folder = Path(folder)
+    parts = sorted(folder.glob("part-*.npz")) if folder.is_dir() else []
+    if not parts:
+        return None
+    try:
+        total = int(json.loads((folder / PROGRESS_MANIFEST).read_text())["count"])
+    except (OSError, ValueError, KeyError, TypeError):
+        total = 0
+    images = 0
+    for part in parts:
+        chunk = load_chunk(folder, int(part.stem.partition("-")[2]))
+        if chunk is not None:
+            images += len(chunk.indices) + len(chunk.fail_indices)
+    return SavedProgress(images=images, total=max(total, images), parts=len(parts))
+
+
+def open_progress(folder: Path, manifest: dict[str, Any], resume: bool, force: bool, rank: int, world: int) -> None:
+    """Create (or, with ``resume``, validate) the progress folder; rank 0 owns it.
+
+    Saved parts are hours of work on a large folder, so starting over on top of them needs
+    ``force``: a forgotten ``--resume`` is an error, not a silent restart.
+    """
+    if rank == 0:
+        kept = None if resume or force else saved_progress(folder)
+        if kept is not None:
+            raise DataError(
+                f"{folder} holds saved progress of an interrupted run ({kept}); "
+                "pass --resume to continue it or --force to discard it and start over"
+            )
+        existing = folder / PROGRESS_MANIFEST
+        if resume and existing.is_file():
+            try:
+                old = json.loads(existing.read_text())
+            except (OSError, ValueError):
+                old = None
+            if old != manifest:
+                changed = sorted(k for k in manifest if not isinstance(old, dict) or old.get(k) != manifest[k])
+                raise DataError(
+                    f"cannot resume: progress in {folder} was made with different {', '.join(changed)}; "
+                    "run without --resume to start over"
+                )
+        else:
+            if folder.exists():
+                shutil.rmtree(folder)
+            folder.mkdir(parents=True)
+            atomic_write_text(existing, json.dumps(manifest, indent=1), mkdir=False)
+    barrier(world)
+
+
