@@ -13,7 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -113,34 +113,14 @@ def extract_features(
     """
     start = time.perf_counter()
     paths = [os.fspath(p) for p in paths]
-    if batch_size < 1:
-        raise ClZooError(f"batch size must be at least 1, got {batch_size}")
-    if precision not in PRECISIONS:
-        raise ClZooError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-    workers = default_workers() if workers is None else workers
-    if workers < 0:
-        raise ClZooError(f"workers must be >= 0, got {workers}")
     rank, world = dist_info()
-    dev = resolve_device(device)
-    if world > 1 and dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     if world > 1 and progress_dir is None:
         raise ClZooError("embedding under torchrun needs a progress folder shared by all ranks (an output path)")
-    preprocess = Preprocess.from_model(model)
-    # The weights digest names progress files and the OpenVINO cache entry; skip it when neither is used.
-    fingerprint = model_fingerprint(model) if progress_dir is not None or backend != "torch" else None
-    precision, choice = resolve_engine(model, dev, precision, backend, len(paths), fingerprint)
-    runner, backend_name, backend_reason = None, choice.name, choice.reason
-    quantization = None
-    if precision == "int8" and len(paths):
-        runner, precision, backend_reason, quantization = int8_runner(
-            model, fingerprint or model_fingerprint(model), preprocess, paths if calibration is None else calibration,
-            calibration_size, calibration_seed, force_int8, workers, dev,
-        )
-        backend_name = "openvino"
-    elif choice.name == "openvino" and len(paths):
-        runner, backend_reason = openvino_runner(model, fingerprint or model_fingerprint(model), preprocess, precision)
-        backend_name = "openvino" if runner is not None else "torch"
+    engine = prepare_engine(
+        model, paths, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
+        need_fingerprint=progress_dir is not None, calibration=calibration, calibration_size=calibration_size,
+        calibration_seed=calibration_seed, force_int8=force_int8,
+    )
     chunk_batches = chunk_batches or max(1, 1024 // batch_size)
     chunk_size = batch_size * chunk_batches
     n_chunks = math.ceil(len(paths) / chunk_size)
@@ -148,28 +128,24 @@ def extract_features(
     folder = Path(progress_dir) if progress_dir is not None else None
     done: dict[int, Chunk] = {}
     if folder is not None:
-        manifest = progress_manifest(paths, model, preprocess, batch_size, chunk_size, precision, dev, backend_name, fingerprint)
-        if quantization is not None and quantization["ran"]:
-            manifest["int8_calibration_sha256"] = quantization["calibration_sha256"]  # another calibration = other features
-        open_progress(folder, manifest, resume, force, rank, world)
+        open_progress(folder, engine.progress_manifest(model, paths, batch_size, chunk_size), resume, force, rank, world)
         if resume:
             for k in range(n_chunks):
                 chunk = load_chunk(folder, k)
                 if chunk is not None:
                     done[k] = chunk
     todo = [k for k in range(n_chunks) if k % world == rank and k not in done]
-    batches = [
-        list(range(s, min(s + batch_size, (k + 1) * chunk_size, len(paths))))
-        for k in todo
-        for s in range(k * chunk_size, min((k + 1) * chunk_size, len(paths)), batch_size)
-    ]
     resumed = sum(len(c.indices) + len(c.fail_indices) for c in done.values())
-    computed = 0
-    if batches:
-        computed = _run_batches(
-            model, paths, batches, todo, chunk_size, done, folder, preprocess, dev, workers, precision,
-            fuse, max_batches, progress and rank == 0, resumed, runner=runner,
-        )
+
+    def keep(k: int, chunk: Chunk) -> None:
+        done[k] = chunk
+        if folder is not None:
+            save_chunk(folder, k, chunk)
+
+    computed = run_batches(
+        model, engine, paths, chunk_batches_of(todo, chunk_size, batch_size, len(paths)), chunk_size, keep,
+        workers=engine.workers, fuse=fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
+    )
     barrier(world)
     if world > 1:
         assert folder is not None
@@ -181,33 +157,119 @@ def extract_features(
                 done[k] = chunk
         barrier(world)  # every rank has read every part before rank 0 may delete them
     result = _assemble(paths, done, n_chunks, time.perf_counter() - start, computed, resumed)
-    result.precision, result.backend, result.backend_reason = precision, backend_name, backend_reason
-    result.quantization = quantization
+    engine.describe(result)
     return result
 
 
+@dataclass
+class Engine:
+    """What an extraction runs, resolved once: device, preprocessing, precision, backend and its reason."""
+
+    device: torch.device
+    preprocess: Preprocess
+    workers: int
+    fingerprint: str | None  # weights digest; computed only where progress files or a cache need it
+    precision: str
+    backend: str
+    reason: str
+    runner: Any = None  # a compiled OpenVINO model, or None for torch
+    quantization: dict[str, Any] | None = None
+
+    def progress_manifest(self, model: nn.Module, paths: Sequence[str], batch_size: int, chunk_size: int) -> dict[str, Any]:
+        manifest = progress_manifest(paths, model, self.preprocess, batch_size, chunk_size, self.precision, self.device,
+                                     self.backend, self.fingerprint)
+        if self.quantization is not None and self.quantization["ran"]:
+            manifest["int8_calibration_sha256"] = self.quantization["calibration_sha256"]  # another calibration = other features
+        return manifest
+
+    def describe(self, result: "FeatureResult") -> None:
+        result.precision, result.backend, result.backend_reason = self.precision, self.backend, self.reason
+        result.quantization = self.quantization
 
 
-def _run_batches(
+def prepare_engine(
     model: nn.Module,
-    paths: list[str],
-    batches: list[list[int]],
-    todo: list[int],
-    chunk_size: int,
-    done: dict[int, Chunk],
-    folder: Path | None,
-    preprocess: Preprocess,
-    dev: torch.device,
-    workers: int,
+    paths: Sequence[str],
+    *,
+    batch_size: int,
+    device: str | torch.device,
+    workers: int | None,
     precision: str,
-    fuse: bool,
-    max_batches: int | None,
-    progress: bool,
-    resumed: int,
-    runner: Any = None,
+    backend: str,
+    need_fingerprint: bool,
+    calibration: Sequence[str] | None = None,
+    calibration_size: int | None = None,
+    calibration_seed: int = 0,
+    force_int8: bool = False,
+    images: int | None = None,
+) -> Engine:
+    """Check the options and resolve what runs (``images``: how many will be embedded, default ``len(paths)``)."""
+    if batch_size < 1:
+        raise ClZooError(f"batch size must be at least 1, got {batch_size}")
+    if precision not in PRECISIONS:
+        raise ClZooError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    workers = default_workers() if workers is None else workers
+    if workers < 0:
+        raise ClZooError(f"workers must be >= 0, got {workers}")
+    _, world = dist_info()
+    dev = resolve_device(device)
+    if world > 1 and dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    preprocess = Preprocess.from_model(model)
+    count = len(paths) if images is None else images
+    # The weights digest names progress files and the OpenVINO cache entry; skip it when neither is used.
+    fingerprint = model_fingerprint(model) if need_fingerprint or backend != "torch" else None
+    precision, choice = resolve_engine(model, dev, precision, backend, count, fingerprint)
+    engine = Engine(dev, preprocess, workers, fingerprint, precision, choice.name, choice.reason)
+    if precision == "int8" and count:
+        engine.fingerprint = engine.fingerprint or model_fingerprint(model)
+        engine.runner, engine.precision, engine.reason, engine.quantization = int8_runner(
+            model, engine.fingerprint, preprocess, paths if calibration is None else calibration,
+            calibration_size, calibration_seed, force_int8, workers, dev,
+        )
+        engine.backend = "openvino"
+    elif choice.name == "openvino" and count:
+        engine.fingerprint = engine.fingerprint or model_fingerprint(model)
+        engine.runner, engine.reason = openvino_runner(model, engine.fingerprint, preprocess, precision)
+        engine.backend = "openvino" if engine.runner is not None else "torch"
+    return engine
+
+
+def chunk_batches_of(chunks: Sequence[int], chunk_size: int, batch_size: int, total: int) -> list[list[int]]:
+    """The batches (lists of input positions) of the given chunks, in order; none straddles a chunk."""
+    return [
+        list(range(s, min(s + batch_size, (k + 1) * chunk_size, total)))
+        for k in chunks
+        for s in range(k * chunk_size, min((k + 1) * chunk_size, total), batch_size)
+    ]
+
+
+def run_batches(
+    model: nn.Module,
+    engine: Engine,
+    paths: Sequence[str],
+    batches: list[list[int]],
+    chunk_size: int,
+    on_chunk: Callable[[int, Chunk], None],
+    *,
+    workers: int,
+    fuse: bool = True,
+    max_batches: int | None = None,
+    progress: bool = False,
+    initial: int = 0,
+    total: int | None = None,
 ) -> int:
+    """Embed ``batches`` of ``paths``; each finished chunk goes to ``on_chunk`` (and is then dropped).
+
+    Returns the number of images embedded. The caller decides what a chunk becomes: kept in
+    memory, saved as a progress part, or streamed into an output shard, so memory need not grow
+    with the number of images.
+    """
     from tqdm import tqdm
 
+    if not batches:
+        return 0
+    dev, preprocess, runner = engine.device, engine.preprocess, engine.runner
     net = prepare_model(model, dev, fuse=fuse) if runner is None else None
     mean = torch.tensor(preprocess.mean, device=dev).view(1, 3, 1, 1) * 255.0
     inv_std = 1.0 / (torch.tensor(preprocess.std, device=dev).view(1, 3, 1, 1) * 255.0)
@@ -219,16 +281,18 @@ def _run_batches(
         pin_memory=dev.type == "cuda",
         prefetch_factor=4 if workers > 0 else None,
     )
-    pending: dict[int, list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]] = {k: [] for k in todo}
-    remaining = {k: sum(1 for b in batches if b[0] // chunk_size == k) for k in todo}
+    pending: dict[int, list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]] = {}
+    remaining: dict[int, int] = {}
+    for b in batches:
+        remaining[b[0] // chunk_size] = remaining.get(b[0] // chunk_size, 0) + 1
     bar = tqdm(
         # disable=None: tqdm turns itself off when stderr is not a terminal (logs, CI, pipes).
-        total=len(paths), initial=resumed, unit="img", disable=None if progress else True, file=sys.stderr,
-        dynamic_ncols=True, smoothing=0.1,
+        total=len(paths) if total is None else total, initial=initial, unit="img", disable=None if progress else True,
+        file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
     )
     computed = 0
     try:
-        with torch.inference_mode(), inference_autocast(dev, "fp32" if runner is not None else precision):
+        with torch.inference_mode(), inference_autocast(dev, "fp32" if runner is not None else engine.precision):
             for n, (indices, pixels, failed) in enumerate(loader):
                 if max_batches is not None and n >= max_batches:
                     raise KeyboardInterrupt(f"stopped after {max_batches} batches")
@@ -245,16 +309,14 @@ def _run_batches(
                 else:
                     feats = np.zeros((0, 0), dtype=np.float32)
                 if len(indices):
-                    check_finite(feats, [paths[i] for i in indices], model, precision)
+                    check_finite(feats, [paths[i] for i in indices], model, engine.precision)
                 k = (indices[0] if indices else failed[0][0]) // chunk_size
-                pending[k].append((feats, np.asarray(indices, dtype=np.int64), failed))
+                pending.setdefault(k, []).append((feats, np.asarray(indices, dtype=np.int64), failed))
                 computed += len(indices)
                 bar.update(len(indices) + len(failed))
                 remaining[k] -= 1
                 if remaining[k] == 0:
-                    done[k] = _merge_chunk(pending.pop(k))
-                    if folder is not None:
-                        save_chunk(folder, k, done[k])
+                    on_chunk(k, _merge_chunk(pending.pop(k)))
     finally:
         bar.close()
     return computed
