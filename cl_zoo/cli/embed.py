@@ -22,7 +22,11 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.command("embed")
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-m", "--model", default=None, help="Registered name, checkpoint folder/file or hf-hub:owner/name (default: the bundled model).")
-@click.option("-o", "--out", default="embeddings.npy", show_default=True, help="Output .npy (with .paths.jsonl/.csv sidecars) or .parquet.")
+@click.option("-o", "--out", default="embeddings.npy", show_default=True,
+              help="Output .npy (with .paths.jsonl/.csv sidecars) or .parquet; or a folder (DIR/, or no suffix) of numbered "
+                   "shards emb_00000.npy + meta_00000.parquet + manifest.json, for collections larger than memory.")
+@click.option("--shard-size", default=None, type=click.IntRange(min=1), metavar="IMAGES",
+              help="Folder output: images per shard (default: ~1M rows or 1 GiB of features, whichever first).")
 @click.option("-b", "--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
 @click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: the usable CPUs, at most 8).")
@@ -58,6 +62,7 @@ def embed_command(
     force: bool,
     save_every: int | None,
     quiet: bool,
+    shard_size: int | None,
 ) -> int:
     """Embed images (jpg, png, webp, bmp, tiff, gif) found in PATHS.
 
@@ -77,11 +82,17 @@ def embed_command(
         sidecar,
         write_failures,
     )
+    from cl_zoo.embedding.shards import is_shard_output
     from cl_zoo.registry import DEFAULT_MODEL
 
     out_path = Path(out)
-    if out_path.suffix.lower() not in OUTPUT_SUFFIXES:
-        raise ClZooError(f"--out {out} must end in .npy or .parquet")
+    sharded = is_shard_output(out)
+    if sharded and out_path.exists() and not out_path.is_dir():
+        raise DataError(f"--out {out} is a file, not a folder for shards")
+    if not sharded and out_path.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise ClZooError(f"--out {out} must end in .npy or .parquet, or name a folder (DIR/) for shards")
+    if shard_size is not None and not sharded:
+        raise ClZooError("--shard-size applies to a folder output (--out DIR/)")
     if not out_path.parent.is_dir():
         raise DataError(f"output folder does not exist: {out_path.parent}")
     if not os.access(out_path.parent, os.W_OK):
@@ -101,6 +112,12 @@ def embed_command(
         raise ClZooError("--force-int8 applies to --precision int8")
     net = load_embedding_model(model)
     stop_after = os.environ.get(STOP_AFTER_ENV)
+    metadata = {**model_metadata(net, model or DEFAULT_MODEL), **input_metadata(paths)}
+    if sharded:
+        return embed_shards(net, files, out_path, metadata, shard_size=shard_size, batch_size=batch_size, device=device,
+                            workers=workers, precision=precision, backend=backend, calibration=calibration_files,
+                            calibration_seed=calibration_seed, force_int8=force_int8, quiet=quiet, resume=resume, force=force,
+                            half=half, save_every=save_every, stop_after=int(stop_after) if stop_after else None)
     parts = sidecar(out_path, ".parts")
     try:
         result = extract_features(
@@ -149,8 +166,7 @@ def embed_command(
             f"none of the {len(files)} images could be read; reasons in {failures_csv} "
             f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
         )
-    metadata = {**model_metadata(net, model or DEFAULT_MODEL), **input_metadata(paths),
-                "precision": result.precision, "backend": result.backend,
+    metadata = {**metadata, "precision": result.precision, "backend": result.backend,
                 **({"quantization": result.quantization} if result.quantization is not None else {})}
     save_embeddings(out_path, result.features, result.paths, metadata, half=half)
     shutil.rmtree(parts, ignore_errors=True)
@@ -163,6 +179,37 @@ def embed_command(
     )
     if result.failures:
         click.echo(f"warning: skipped {len(result.failures)} unreadable files; reasons in {failures_csv}", err=True)
+    return 0
+
+
+def embed_shards(net, files: list[str], out_path: Path, metadata: dict, *, quiet: bool, stop_after: int | None, save_every: int | None,  # noqa: ANN001
+                 shard_size: int | None, **options) -> int:  # noqa: ANN003 - embed_to_shards' options
+    """``--out DIR/``: numbered shards and a manifest, memory flat in the number of images."""
+    from cl_zoo.embedding.sharded import PARTS_FOLDER, embed_to_shards
+    from cl_zoo.embedding.shards import MANIFEST_NAME
+
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        run = embed_to_shards(net, files, out_path, metadata=metadata, shard_images=shard_size, progress=not quiet,
+                              chunk_batches=save_every, max_batches=stop_after, **options)
+    except KeyboardInterrupt:
+        if rank == 0:
+            finished = sorted(out_path.glob("meta_*.parquet"))
+            click.echo(f"interrupted: {len(finished)} finished shard{'s' if len(finished) != 1 else ''} and the progress of the "
+                       f"others kept in {os.path.abspath(out_path)} ({PARTS_FOLDER}/); to continue, run:", err=True)
+            click.echo(f"  {resume_command(click.get_current_context())}", err=True)
+        raise
+    if rank != 0:
+        return 0
+    click.echo(
+        f"embedded {run.rows} images ({run.dims}-d) into {len(run.shards)} shard{'s' if len(run.shards) != 1 else ''} in "
+        f"{out_path}/ ({MANIFEST_NAME}), skipped {run.failures}, resumed {run.resumed} ({run.skipped_shards} finished "
+        f"shard{'s' if run.skipped_shards != 1 else ''}), {run.seconds:.1f} s, {run.images_per_second:.1f} images/s "
+        f"({run.backend} {run.precision}: {run.backend_reason})",
+        err=True,
+    )
+    if run.failures:
+        click.echo(f"warning: skipped {run.failures} unreadable files; reasons in {out_path}/failures_*.csv", err=True)
     return 0
 
 

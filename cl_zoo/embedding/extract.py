@@ -143,7 +143,7 @@ def extract_features(
             save_chunk(folder, k, chunk)
 
     computed = run_batches(
-        model, engine, paths, chunk_batches_of(todo, chunk_size, batch_size, len(paths)), chunk_size, keep,
+        model, engine, paths, chunk_batches_of(todo, chunk_size, batch_size, len(paths)), lambda i: i // chunk_size, keep,
         workers=engine.workers, fuse=fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
     )
     barrier(world)
@@ -249,7 +249,7 @@ def run_batches(
     engine: Engine,
     paths: Sequence[str],
     batches: list[list[int]],
-    chunk_size: int,
+    chunk_of: Callable[[int], int],
     on_chunk: Callable[[int, Chunk], None],
     *,
     workers: int,
@@ -259,7 +259,7 @@ def run_batches(
     initial: int = 0,
     total: int | None = None,
 ) -> int:
-    """Embed ``batches`` of ``paths``; each finished chunk goes to ``on_chunk`` (and is then dropped).
+    """Embed ``batches`` of ``paths``; each finished chunk (``chunk_of(position)``) goes to ``on_chunk``, then is dropped.
 
     Returns the number of images embedded. The caller decides what a chunk becomes: kept in
     memory, saved as a progress part, or streamed into an output shard, so memory need not grow
@@ -284,7 +284,7 @@ def run_batches(
     pending: dict[int, list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]] = {}
     remaining: dict[int, int] = {}
     for b in batches:
-        remaining[b[0] // chunk_size] = remaining.get(b[0] // chunk_size, 0) + 1
+        remaining[chunk_of(b[0])] = remaining.get(chunk_of(b[0]), 0) + 1
     bar = tqdm(
         # disable=None: tqdm turns itself off when stderr is not a terminal (logs, CI, pipes).
         total=len(paths) if total is None else total, initial=initial, unit="img", disable=None if progress else True,
@@ -310,7 +310,7 @@ def run_batches(
                     feats = np.zeros((0, 0), dtype=np.float32)
                 if len(indices):
                     check_finite(feats, [paths[i] for i in indices], model, engine.precision)
-                k = (indices[0] if indices else failed[0][0]) // chunk_size
+                k = chunk_of(indices[0] if indices else failed[0][0])
                 pending.setdefault(k, []).append((feats, np.asarray(indices, dtype=np.int64), failed))
                 computed += len(indices)
                 bar.update(len(indices) + len(failed))

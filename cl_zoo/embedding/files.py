@@ -280,13 +280,17 @@ def _parquet_embeddings(path: Path) -> tuple[np.ndarray, list[str], dict[str, ob
 
 
 def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str], dict[str, object]]:
-    """Read what :func:`save_embeddings` wrote: float32 features, paths, metadata.
+    """Read what :func:`save_embeddings` (or a sharded ``cl-zoo embed --out DIR/``) wrote: float32 features, paths, metadata.
 
     These files are inputs like any other: each part is checked (types, sizes, row count against
     the path list and the recorded count, finite values) and anything off is one
     :class:`DataError` line; rows never silently shift against their paths.
     """
     path = Path(path)
+    if path.is_dir():
+        from cl_zoo.embedding.shards import open_shards
+
+        return open_shards(path).load()  # checked against its manifest first
     if not path.is_file():
         raise DataError(f"embeddings file does not exist: {path}")
     if path.suffix.lower() == ".parquet":

@@ -1,0 +1,315 @@
+"""Embedding a collection into a shard folder, with memory flat in the number of images.
+
+The in-memory path (:func:`cl_zoo.embedding.extract_features`) keeps every chunk until the end.
+Here each finished chunk is saved as a progress part and dropped; once all chunks of a shard are
+on disk the shard is streamed out of them (:func:`cl_zoo.embedding.shards.write_shard`) and its
+parts deleted. What stays in memory is the path list and at most one shard's pending batches.
+
+Shard ``s`` covers input positions ``[s*S, (s+1)*S)`` (``S`` = ``shard_images``), cut into
+chunks that never straddle a shard, and batches that never straddle a chunk; so a resumed run,
+or ``torchrun`` ranks sharing the folder (shard ``s`` belongs to rank ``s % WORLD_SIZE``),
+compute exactly the batches one uninterrupted process would, and write the same bytes.
+
+A finished shard records, in its ``meta`` table, the model fingerprint and a digest of the run
+(inputs, preprocessing, precision, shard size): ``--resume`` skips the shards that match and
+refuses a folder whose shards belong to another run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import torch
+import torch.nn as nn
+
+from cl_zoo.embedding.extract import prepare_engine, run_batches
+from cl_zoo.embedding.progress import Chunk, barrier, dist_info, load_chunk, open_progress, save_chunk
+from cl_zoo.embedding.shards import (
+    MANIFEST_NAME,
+    SHARD_FORMAT,
+    SHARD_FORMAT_VERSION,
+    ShardRecord,
+    default_shard_images,
+    emb_name,
+    failures_name,
+    meta_name,
+    our_files,
+    shard_meta_fingerprint,
+    write_manifest,
+    write_shard,
+)
+from cl_zoo.errors import ClZooError, DataError
+
+PARTS_FOLDER = ".parts"
+
+
+@dataclass
+class ShardRun:
+    """What :func:`embed_to_shards` did."""
+
+    folder: Path
+    shards: list[ShardRecord]
+    seconds: float
+    computed: int  # images embedded by this call
+    resumed: int  # images found finished (in shards or parts) and skipped
+    skipped_shards: int  # shards already finished when the call began
+    dims: int
+    precision: str = "fp32"
+    backend: str = "torch"
+    backend_reason: str = ""
+    quantization: dict[str, Any] | None = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(r.rows for r in self.shards)
+
+    @property
+    def failures(self) -> int:
+        return sum(r.failures for r in self.shards)
+
+    @property
+    def images_per_second(self) -> float:
+        return self.computed / self.seconds if self.seconds > 0 else 0.0
+
+
+def probe_dims(model: nn.Module, crop_size: tuple[int, int]) -> int:
+    """Feature size, from one blank image through ``forward_features`` (needed before any shard is cut)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode():
+            device = next(model.parameters()).device
+            x = torch.zeros(1, 3, *crop_size, device=device)
+            out = getattr(model, "forward_features", model)(x)
+    finally:
+        model.train(was_training)
+    return int(out.reshape(1, -1).shape[1])
+
+
+def run_digest(manifest: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class ShardLayout:
+    """Where shards and their chunks begin and end in the input list."""
+
+    total: int
+    shard_images: int
+    chunk_size: int
+
+    @property
+    def shards(self) -> int:
+        return math.ceil(self.total / self.shard_images)
+
+    @property
+    def chunks_per_shard(self) -> int:
+        return math.ceil(self.shard_images / self.chunk_size)
+
+    def shard_range(self, s: int) -> range:
+        return range(s * self.shard_images, min((s + 1) * self.shard_images, self.total))
+
+    def chunks_of(self, s: int) -> list[int]:
+        n = math.ceil(len(self.shard_range(s)) / self.chunk_size)
+        return [s * self.chunks_per_shard + j for j in range(n)]
+
+    def chunk_range(self, k: int) -> range:
+        s, j = divmod(k, self.chunks_per_shard)
+        shard = self.shard_range(s)
+        lo = shard.start + j * self.chunk_size
+        return range(lo, min(lo + self.chunk_size, shard.stop))
+
+    def chunk_of(self, position: int) -> int:
+        s, offset = divmod(position, self.shard_images)
+        return s * self.chunks_per_shard + offset // self.chunk_size
+
+    def batches(self, chunks: Sequence[int], batch_size: int) -> list[list[int]]:
+        out = []
+        for k in chunks:
+            r = self.chunk_range(k)
+            out += [list(range(b, min(b + batch_size, r.stop))) for b in range(r.start, r.stop, batch_size)]
+        return out
+
+
+def finished_shard(folder: Path, s: int, rows_range: range, fingerprint: str, digest: str) -> bool:
+    """Whether shard ``s`` of this run is on disk whole; a shard of another run is an error."""
+    meta = folder / meta_name(s)
+    if not meta.is_file():
+        return False
+    import pyarrow.parquet as pq
+
+    rows, meta_fingerprint, shard = shard_meta_fingerprint(meta)
+    try:
+        recorded = (pq.ParquetFile(meta).schema_arrow.metadata or {}).get(b"cl_zoo.run_sha256", b"").decode()
+    except Exception:  # noqa: BLE001 - shard_meta_fingerprint already read this footer
+        recorded = ""
+    if meta_fingerprint != fingerprint or recorded != digest or shard != s:
+        raise DataError(
+            f"cannot resume: {meta} belongs to another run ({'another model' if meta_fingerprint != fingerprint else 'other inputs or options'}); "
+            "use another --out, or --force to discard its shards"
+        )
+    from cl_zoo.index.source import read_npy_header
+
+    emb = folder / emb_name(s)
+    if not emb.is_file():
+        return False
+    header = read_npy_header(emb)
+    return header.rows == rows and rows <= len(rows_range)
+
+
+def shard_record(folder: Path, s: int, layout: ShardLayout) -> ShardRecord:
+    """A finished shard's manifest entry, read back from its files (the same for every rank's shards)."""
+    from cl_zoo.index.fingerprint import file_digest
+    from cl_zoo.index.source import read_npy_header
+
+    rows = read_npy_header(folder / emb_name(s)).rows
+    images = len(layout.shard_range(s))
+    return ShardRecord(s, rows, images, images - rows, layout.shard_range(s).start, file_digest(folder / emb_name(s)))
+
+
+def embed_to_shards(
+    model: nn.Module,
+    paths: Sequence[str],
+    out: str | os.PathLike[str],
+    *,
+    metadata: dict[str, Any],
+    shard_images: int | None = None,
+    half: bool = False,
+    batch_size: int = 64,
+    device: str | torch.device = "auto",
+    workers: int | None = None,
+    precision: str = "auto",
+    backend: str = "auto",
+    progress: bool = False,
+    resume: bool = False,
+    force: bool = False,
+    chunk_batches: int | None = None,
+    fuse: bool = True,
+    max_batches: int | None = None,
+    calibration: Sequence[str] | None = None,
+    calibration_size: int | None = None,
+    calibration_seed: int = 0,
+    force_int8: bool = False,
+) -> ShardRun:
+    """Embed ``paths`` (kept in order) into numbered shards in ``out`` plus ``manifest.json``.
+
+    ``metadata`` (model reference and fields, inputs) goes into the manifest. Without ``resume``
+    a folder already holding shards is an error unless ``force`` (which deletes those files and
+    only those). Under ``torchrun`` every rank calls this with the same arguments; rank 0 writes
+    the manifest once all shards exist.
+    """
+    start = time.perf_counter()
+    paths = [os.fspath(p) for p in paths]
+    if shard_images is not None and shard_images < 1:
+        raise ClZooError(f"shard size must be at least 1 image, got {shard_images}")
+    folder = Path(out)
+    rank, world = dist_info()
+    engine = prepare_engine(
+        model, paths, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
+        need_fingerprint=True, calibration=calibration, calibration_size=calibration_size,
+        calibration_seed=calibration_seed, force_int8=force_int8,
+    )
+    assert engine.fingerprint is not None
+    dims = probe_dims(model, engine.preprocess.crop_size)
+    chunk_size = batch_size * (chunk_batches or max(1, 1024 // batch_size))
+    itemsize = 2 if half else 4
+    layout = ShardLayout(len(paths), shard_images or default_shard_images(dims, itemsize, chunk_size), chunk_size)
+    run = engine.progress_manifest(model, paths, batch_size, chunk_size)
+    run.update(shard_images=layout.shard_images, dtype="float16" if half else "float32", dims=dims)
+    digest = run_digest(run)
+    parts = folder / PARTS_FOLDER
+
+    if rank == 0:
+        folder.mkdir(parents=False, exist_ok=True)
+        existing = our_files(folder)
+        if existing and not resume and not force:
+            raise DataError(
+                f"{folder} already holds embedding shards ({existing[0].name}, ...); pass --resume to continue that run "
+                "or --force to replace them"
+            )
+        if force:
+            for path in existing:
+                path.unlink()
+    barrier(world)
+    open_progress(parts, run, resume, force, rank, world)
+
+    finished = {s for s in range(layout.shards) if resume and finished_shard(folder, s, layout.shard_range(s), engine.fingerprint, digest)}
+    mine = [s for s in range(layout.shards) if s % world == rank and s not in finished]
+    resumed = sum(len(layout.shard_range(s)) for s in finished)
+    done: dict[int, set[int]] = {s: set() for s in mine}
+    for s in mine:
+        for k in layout.chunks_of(s):
+            chunk = load_chunk(parts, k) if resume else None
+            if chunk is not None:
+                done[s].add(k)
+                resumed += len(layout.chunk_range(k))
+            del chunk
+
+    def ref_of(position: int) -> str:
+        return paths[position]
+
+    def parts_of(s: int) -> Iterator[Chunk]:
+        for k in layout.chunks_of(s):
+            chunk = load_chunk(parts, k)
+            if chunk is None:
+                raise DataError(f"progress part {k} of shard {s} vanished from {parts}; rerun with --resume")
+            yield chunk
+
+    def finish(s: int) -> None:
+        write_shard(folder, s, lambda: parts_of(s), ref_of, dims=dims, half=half, fingerprint=engine.fingerprint or "",
+                    first_id=layout.shard_range(s).start, run_digest=digest)
+        for k in layout.chunks_of(s):
+            (parts / f"part-{k:05d}.npz").unlink(missing_ok=True)
+
+    for s in mine:
+        if done[s] == set(layout.chunks_of(s)):
+            finish(s)  # every part was saved before an interruption, but the shard was not written
+
+    def on_chunk(k: int, chunk: Chunk) -> None:
+        save_chunk(parts, k, chunk)
+        s = k // layout.chunks_per_shard
+        done[s].add(k)
+        if done[s] == set(layout.chunks_of(s)):
+            finish(s)
+
+    todo = [k for s in mine for k in layout.chunks_of(s) if k not in done[s]]
+    computed = run_batches(
+        model, engine, paths, layout.batches(todo, batch_size), layout.chunk_of, on_chunk,
+        workers=engine.workers, fuse=fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
+    )
+    barrier(world)
+    records = [shard_record(folder, s, layout) for s in range(layout.shards)] if rank == 0 else []
+    manifest: dict[str, Any] = {
+        "format": SHARD_FORMAT, "version": SHARD_FORMAT_VERSION, "complete": True,
+        **metadata,
+        "precision": engine.precision, "backend": engine.backend,
+        **({"quantization": engine.quantization} if engine.quantization is not None else {}),
+        "model_sha256": engine.fingerprint, "paths_sha256": run["paths_sha256"], "run_sha256": digest,
+        "preprocess": run["preprocess"], "dims": dims, "dtype": run["dtype"], "images": len(paths),
+        "shard_images": layout.shard_images, "rows": sum(r.rows for r in records),
+        "failures": sum(r.failures for r in records), "shards": [r.as_json() for r in records],
+    }
+    if rank == 0:
+        if layout.shards == 0:
+            raise DataError("no images to embed")
+        if not any(r.rows for r in records):
+            raise DataError(f"none of the {len(paths)} images could be read; reasons in {folder / failures_name(0)}")
+        write_manifest(folder, manifest)
+        shutil.rmtree(parts, ignore_errors=True)
+    barrier(world)
+    return ShardRun(
+        folder, records, time.perf_counter() - start, computed, resumed, len(finished), dims, engine.precision,
+        engine.backend, engine.reason, engine.quantization, manifest,
+    )
+
+
+__all__ = ["MANIFEST_NAME", "PARTS_FOLDER", "ShardLayout", "ShardRun", "embed_to_shards", "probe_dims"]
