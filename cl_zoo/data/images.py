@@ -7,7 +7,13 @@ file was refused. Decoding never raises a bare PIL/OS error: a bad file becomes 
 truncated JPEG among a million skips one row instead of ending the run.
 
 JPEGs are decoded with PIL's draft mode: libjpeg scales the DCT by 1/2, 1/4 or 1/8 while decoding,
-so a 2400x1600 photo needed at 256 px costs a fraction of a full decode.
+so a 2400x1600 photo needed at 256 px costs a fraction of a full decode. The decoding core,
+:func:`decode_image`, takes an open binary file or bytes, so images that never were local files
+(a member of a WebDataset tar, an ``http://`` download) are refused for the same reasons as files.
+
+Path lists are text (one path a line), CSV/TSV tables or Parquet tables; their size is bounded
+(:data:`MAX_LIST_BYTES`) because any non-image file given as an input is read as a list, and a
+10 GB video named by mistake must be refused, not read into memory.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ import csv
 import errno
 import io
 import os
+import re
 import struct
+import urllib.parse
 import warnings
-from typing import Callable, Iterable, Iterator
+from typing import IO, Callable, Iterable, Iterator
 
 from PIL import Image, UnidentifiedImageError
 
@@ -45,7 +53,21 @@ def is_image_path(path: str | os.PathLike[str]) -> bool:
     return os.path.splitext(os.fspath(path))[1].lower() in IMAGE_EXTENSIONS
 
 
-def _hidden(name: str) -> bool:
+# "scheme://": two or more scheme characters, so a Windows drive ("C://") never reads as a URL.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+://")
+
+
+def is_url(ref: str | os.PathLike[str]) -> bool:
+    """Whether ``ref`` is a ``scheme://...`` URL (fsspec's syntax) rather than a plain local path.
+
+    Only the text is looked at, never the file system: a list file can name ``http://`` images, and
+    those must stay URLs instead of being joined onto the list's folder like relative paths.
+    """
+    return bool(_URL.match(os.fspath(ref)))
+
+
+def is_hidden_name(name: str) -> bool:
+    """Whether a folder walk skips this name (local folders here, remote ones in cl_zoo.embedding.inputs)."""
     # ".DS_Store", "._photo.jpg" (macOS resource forks look like JPEGs but are not), "__MACOSX".
     return name.startswith(".") or name == "__MACOSX"
 
@@ -64,7 +86,7 @@ class LinkSafeWalk:
     def __init__(self, top: str, *, onerror: Callable[[OSError], None] | None = None, hidden: Callable[[str], bool] | None = None) -> None:
         self.top = top
         self.onerror = onerror
-        self.hidden = hidden or _hidden
+        self.hidden = hidden or is_hidden_name
         self.repeats = 0  # directories skipped because their real path was already walked
 
     def __iter__(self) -> Iterator[tuple[str, list[str]]]:
@@ -109,15 +131,35 @@ def _walk_images(folder: str) -> tuple[list[str], int]:
 
 # Path lists in these formats are tables: the paths are one column of each row.
 TABLE_LIST_EXTENSIONS: dict[str, str] = {".csv": ",", ".tsv": "\t"}
+PARQUET_LIST_EXTENSIONS: frozenset[str] = frozenset({".parquet"})
 PATH_COLUMNS = ("path", "filepath", "file_path", "filename", "file", "image", "image_path")
+# The largest path list read: the file for text/CSV/TSV lists (any non-image input is read as one),
+# the decoded path column for Parquet. 1 GiB is some 15 million 64-character paths; collections
+# larger than that belong in folders or WebDataset shards. Read at call time, so tests can lower it.
+MAX_LIST_BYTES: int = 1 << 30
 
 
-def _table_column(rows: list[list[str]], base: str) -> list[str]:
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+def _one_line(exc: BaseException, limit: int = 200) -> str:
+    return " ".join(str(exc).split())[:limit] or type(exc).__name__
+
+
+def list_extension(name: str) -> str:
+    """The lower-cased extension of a list's name or URL (a URL's query string is not part of it)."""
+    if is_url(name):
+        name = urllib.parse.urlsplit(name).path
+    return os.path.splitext(name)[1].lower()
+
+
+def _table_column(rows: list[list[str]], present: Callable[[str], bool]) -> list[str]:
     """The path cells of a CSV/TSV: the ``path`` column under a header, else the first column.
 
     A first row is a header when it names a path column, or when its first cell is neither an
-    existing file nor an image name while the second row's is (``index,path`` from ``cl-zoo embed``
-    is found by its ``path`` column; ``filename,label`` by the second rule).
+    existing file (``present``) nor an image name nor a URL while the second row's is (``index,path``
+    from ``cl-zoo embed`` is found by its ``path`` column; ``filename,label`` by the second rule).
     """
     rows = [r for r in rows if r and any(c.strip() for c in r) and not r[0].lstrip().startswith("#")]
     if not rows:
@@ -129,7 +171,7 @@ def _table_column(rows: list[list[str]], base: str) -> list[str]:
 
     def looks_like_path(cell: str) -> bool:
         cell = cell.strip()
-        return is_image_path(cell) or os.path.exists(cell if os.path.isabs(cell) else os.path.join(base, cell))
+        return is_image_path(cell) or is_url(cell) or present(cell)
 
     first = rows[0][0]
     if len(rows) > 1 and not looks_like_path(first) and looks_like_path(rows[1][0]):
@@ -137,31 +179,110 @@ def _table_column(rows: list[list[str]], base: str) -> list[str]:
     return [r[0].strip() for r in rows if r[0].strip()]
 
 
-def _read_list(list_file: str) -> list[str]:
-    """Entries of a path list; relative entries are relative to the list's own folder.
+def _parquet_paths(source: bytes | IO[bytes], name: str) -> list[str]:
+    """The path column of a Parquet table: a :data:`PATH_COLUMNS` name, else the first text column.
 
-    A ``.csv``/``.tsv`` list is read as a table (see :func:`_table_column`), so ``cl-zoo embed``'s
-    own ``embeddings.csv`` or a ``filename,label`` sheet works; any other file has one path per
-    line with ``#`` comments.
+    Only that column is read, in record batches, so ``cl-zoo embed``'s own ``.parquet`` output (a
+    ``path`` column beside gigabytes of embeddings) is a usable list; the decoded paths are bounded
+    by :data:`MAX_LIST_BYTES`, because a small file can expand into far more text than it holds.
     """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    def textual(kind: pa.DataType) -> bool:
+        if pa.types.is_dictionary(kind):
+            kind = kind.value_type
+        return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind))
+
+    unreadable = (pa.ArrowException, OSError, ValueError, EOFError)
     try:
-        with open(list_file, encoding="utf-8-sig", newline="") as fh:
-            text = fh.read()
+        table = pq.ParquetFile(pa.BufferReader(source) if isinstance(source, bytes) else source)
+        fields = list(table.schema_arrow)
+    except unreadable as exc:
+        raise DataError(f"{name} is not a readable Parquet list of paths ({_one_line(exc)})") from None
+    by_name: dict[str, pa.Field] = {}
+    for field in fields:
+        by_name.setdefault(field.name.strip().lower(), field)
+    chosen = next((by_name[c] for c in PATH_COLUMNS if c in by_name), None)
+    if chosen is None:
+        chosen = next((f for f in fields if textual(f.type)), None)
+        if chosen is None:
+            raise DataError(f"{name} has no text column of paths (looked for {', '.join(PATH_COLUMNS)}, then any string column)")
+    elif not textual(chosen.type):
+        raise DataError(f"column {chosen.name!r} of {name} holds {chosen.type}, not text paths")
+    cells: list[str] = []
+    total = 0
+    limit = MAX_LIST_BYTES
+    try:
+        for batch in table.iter_batches(batch_size=8192, columns=[chosen.name]):
+            for value in batch.column(0).to_pylist():
+                value = (value or "").strip()
+                if value:
+                    total += len(value)
+                    if total > limit:
+                        raise DataError(f"the paths in {name} add up to more than {_mib(limit)}, the limit for a list of paths")
+                    cells.append(value)
+    except unreadable as exc:
+        raise DataError(f"{name} is not a readable Parquet list of paths ({_one_line(exc)})") from None
+    return cells
+
+
+def parse_path_list(data: bytes, name: str, present: Callable[[str], bool] | None = None) -> list[str]:
+    """The entries of a path list held in ``data``, as written (relative entries not yet joined).
+
+    ``name`` (a path or URL) picks the format by its extension and names the list in errors;
+    ``present`` says whether a cell is an existing file, for the CSV header rule of
+    :func:`_table_column` (a remote list has no such test and relies on names alone). A
+    ``.parquet`` list is a table (:func:`_parquet_paths`), a ``.csv``/``.tsv`` one too, so
+    ``cl-zoo embed``'s own outputs or a ``filename,label`` sheet work; any other file has one path
+    per line with ``#`` comments.
+    """
+    extension = list_extension(name)
+    if extension in PARQUET_LIST_EXTENSIONS:
+        return _parquet_paths(data, name)
+    try:
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise DataError(f"{list_file} is neither an image (by extension) nor a UTF-8 list of paths") from None
-    except OSError as exc:
-        raise DataError(f"cannot read {list_file}: {exc.strerror}") from None
-    base = os.path.dirname(list_file)
-    delimiter = TABLE_LIST_EXTENSIONS.get(os.path.splitext(list_file)[1].lower())
+        raise DataError(f"{name} is neither an image (by extension) nor a UTF-8 list of paths") from None
+    delimiter = TABLE_LIST_EXTENSIONS.get(extension)
     if delimiter is not None:
         try:
-            cells = _table_column(list(csv.reader(io.StringIO(text), delimiter=delimiter)), base)
+            return _table_column(list(csv.reader(io.StringIO(text), delimiter=delimiter)), present or (lambda _: False))
         except csv.Error as exc:
-            raise DataError(f"{list_file} is not a readable CSV list of paths ({exc})") from None
-    else:
-        cells = [line.strip() for line in text.splitlines()]
-        cells = [c for c in cells if c and not c.startswith("#")]
-    return [os.path.normpath(c if os.path.isabs(c) else os.path.join(base, c)) for c in cells]
+            raise DataError(f"{name} is not a readable CSV list of paths ({exc})") from None
+    cells = [line.strip() for line in text.splitlines()]
+    return [c for c in cells if c and not c.startswith("#")]
+
+
+def _read_list(list_file: str) -> list[str]:
+    """Entries of a local path list; relative entries are relative to the list's own folder.
+
+    URL entries (``http://...``) stay URLs. The list is refused, with one :class:`DataError` line,
+    when it is larger than :data:`MAX_LIST_BYTES` (for Parquet: when its path column is), before
+    anything is read.
+    """
+    base = os.path.dirname(list_file)
+
+    def present(cell: str) -> bool:
+        return os.path.exists(cell if os.path.isabs(cell) else os.path.join(base, cell))
+
+    limit = MAX_LIST_BYTES
+    try:
+        with open(list_file, "rb") as fh:
+            if list_extension(list_file) in PARQUET_LIST_EXTENSIONS:
+                cells = _parquet_paths(fh, list_file)
+            else:
+                size = os.fstat(fh.fileno()).st_size
+                data = fh.read(limit + 1) if size <= limit else b""
+                if size > limit or len(data) > limit:
+                    raise DataError(
+                        f"{list_file} is neither an image (by extension) nor a list of paths of at most "
+                        f"{_mib(limit)} (it has {_mib(max(size, len(data)))})"
+                    )
+                cells = parse_path_list(data, list_file, present)
+    except OSError as exc:
+        raise DataError(f"cannot read {list_file}: {exc.strerror or _one_line(exc)}") from None
+    return [c if is_url(c) else os.path.normpath(c if os.path.isabs(c) else os.path.join(base, c)) for c in cells]
 
 
 def discover_images(paths: Iterable[str | os.PathLike[str]]) -> FoundImages:
@@ -170,8 +291,8 @@ def discover_images(paths: Iterable[str | os.PathLike[str]]) -> FoundImages:
     Folders are walked with :class:`LinkSafeWalk`: linked folders are followed once, never in a
     loop; the result's ``repeats`` counts the linked folders skipped as already walked, for the
     caller to report. Each entry may be an image file, a folder (searched recursively, hidden entries skipped) or a
-    text file listing paths (one per line, ``#`` comments; a ``.csv``/``.tsv`` file gives its
-    ``path`` column, or its first). Files listed in a text file are kept
+    file listing paths (one per line, ``#`` comments; a ``.csv``/``.tsv``/``.parquet`` file gives its
+    ``path`` column, or its first text one; URL entries stay URLs). Files listed in a list are kept
     even when they are missing or broken, so that they show up in the failures report of whatever
     reads them; a path given directly that does not exist, or a source with no image at all, is a
     user mistake and raises :class:`DataError`.
@@ -211,7 +332,8 @@ def discover_images(paths: Iterable[str | os.PathLike[str]]) -> FoundImages:
     return result
 
 
-def _os_reason(exc: OSError) -> str:
+def os_reason(exc: OSError) -> str:
+    """A short failures-report phrase for an OS error, whichever module opened the file."""
     if exc.errno == errno.ENOENT:
         return "file not found"
     if exc.errno in (errno.EACCES, errno.EPERM):
@@ -225,66 +347,93 @@ def _open_file(path: str):  # noqa: ANN202 - a binary file object
     return open(path, "rb")
 
 
+def decode_image(source: bytes | bytearray | memoryview | IO[bytes], name: str, min_short_side: int | None = None) -> Image.Image:
+    """Decode an image held in ``source`` (bytes, or a binary file open at its start) to RGB.
+
+    The core of :func:`load_image`, for images that are not local files: a WebDataset tar member, a
+    download. ``name`` only labels the :class:`ImageDecodeError`; the reasons are the same as for
+    files, so a failures report reads alike whatever the images came from.
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        if len(source) == 0:
+            raise ImageDecodeError(name, "empty file")
+        source = io.BytesIO(source)
+    try:
+        try:
+            size: int | None = os.fstat(source.fileno()).st_size
+        except (AttributeError, io.UnsupportedOperation):
+            size = None  # an in-memory or remote file: PIL finds an empty one unrecognisable
+        if size == 0:
+            raise ImageDecodeError(name, "empty file")
+        img = Image.open(source)
+        with img:
+            # Between 1x and 2x the limit PIL only warns; treat that as the refusal it stands for.
+            limit = Image.MAX_IMAGE_PIXELS
+            if limit and img.size[0] * img.size[1] > limit:
+                raise ImageDecodeError(
+                    name, f"decompression bomb ({img.size[0]}x{img.size[1]} pixels > limit {limit})"
+                )
+            if min_short_side and img.format == "JPEG":
+                # draft() keeps both sides >= the requested box, so the shorter side stays >= min.
+                img.draft("RGB", (min_short_side, min_short_side))
+            if img.mode == "P" and "transparency" in img.info:
+                rgb = img.convert("RGBA").convert("RGB")
+            elif img.mode in ("I;16", "I;16B", "I;16L", "I"):
+                # 16-bit greyscale PNG/TIFF: scale to 8 bits instead of clipping to white.
+                rgb = img.point(lambda v: v / 256).convert("L").convert("RGB")
+            else:
+                rgb = img.convert("RGB")
+            rgb.load()
+            return rgb
+    except ImageDecodeError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise ImageDecodeError(name, f"decompression bomb ({exc})") from None
+    except UnidentifiedImageError:
+        raise ImageDecodeError(name, "not an image (unrecognised format)") from None
+    except OSError as exc:
+        text = str(exc)
+        if "truncated" in text or "broken data stream" in text or "premature end" in text.lower():
+            raise ImageDecodeError(name, f"truncated image ({text})") from None
+        if exc.errno is not None:
+            raise ImageDecodeError(name, os_reason(exc)) from None
+        raise ImageDecodeError(name, f"corrupt image ({text})") from None
+    except (ValueError, SyntaxError, EOFError, IndexError, struct.error) as exc:
+        # PIL plugins raise these on malformed headers.
+        raise ImageDecodeError(name, f"corrupt image ({type(exc).__name__}: {exc})") from None
+
+
 def load_image(path: str | os.PathLike[str], min_short_side: int | None = None) -> Image.Image:
-    """Decode an image to RGB (first frame of animations), raising :class:`ImageDecodeError`.
+    """Decode an image file to RGB (first frame of animations), raising :class:`ImageDecodeError`.
 
     With ``min_short_side``, JPEGs are decoded at the smallest DCT scale whose shorter side is still
     at least that many pixels; other formats are decoded in full. Images above PIL's
     decompression-bomb limit (``Image.MAX_IMAGE_PIXELS``) are refused before any pixel is decoded.
+    The file is streamed to PIL, never read whole: :func:`decode_image` does the decoding.
     """
     path = os.fspath(path)
     try:
         fh = _open_file(path)
     except OSError as exc:
-        raise ImageDecodeError(path, _os_reason(exc)) from None
+        raise ImageDecodeError(path, os_reason(exc)) from None
     with fh:
-        try:
-            if os.fstat(fh.fileno()).st_size == 0:
-                raise ImageDecodeError(path, "empty file")
-            img = Image.open(fh)
-            with img:
-                # Between 1x and 2x the limit PIL only warns; treat that as the refusal it stands for.
-                limit = Image.MAX_IMAGE_PIXELS
-                if limit and img.size[0] * img.size[1] > limit:
-                    raise ImageDecodeError(
-                        path, f"decompression bomb ({img.size[0]}x{img.size[1]} pixels > limit {limit})"
-                    )
-                if min_short_side and img.format == "JPEG":
-                    # draft() keeps both sides >= the requested box, so the shorter side stays >= min.
-                    img.draft("RGB", (min_short_side, min_short_side))
-                if img.mode == "P" and "transparency" in img.info:
-                    rgb = img.convert("RGBA").convert("RGB")
-                elif img.mode in ("I;16", "I;16B", "I;16L", "I"):
-                    # 16-bit greyscale PNG/TIFF: scale to 8 bits instead of clipping to white.
-                    rgb = img.point(lambda v: v / 256).convert("L").convert("RGB")
-                else:
-                    rgb = img.convert("RGB")
-                rgb.load()
-                return rgb
-        except ImageDecodeError:
-            raise
-        except Image.DecompressionBombError as exc:
-            raise ImageDecodeError(path, f"decompression bomb ({exc})") from None
-        except UnidentifiedImageError:
-            raise ImageDecodeError(path, "not an image (unrecognised format)") from None
-        except OSError as exc:
-            text = str(exc)
-            if "truncated" in text or "broken data stream" in text or "premature end" in text.lower():
-                raise ImageDecodeError(path, f"truncated image ({text})") from None
-            if exc.errno is not None:
-                raise ImageDecodeError(path, _os_reason(exc)) from None
-            raise ImageDecodeError(path, f"corrupt image ({text})") from None
-        except (ValueError, SyntaxError, EOFError, IndexError, struct.error) as exc:
-            # PIL plugins raise these on malformed headers.
-            raise ImageDecodeError(path, f"corrupt image ({type(exc).__name__}: {exc})") from None
+        return decode_image(fh, path, min_short_side)
 
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "MAX_LIST_BYTES",
+    "PATH_COLUMNS",
     "FoundImages",
     "ImageDecodeError",
     "LinkSafeWalk",
+    "decode_image",
     "discover_images",
+    "is_hidden_name",
     "is_image_path",
+    "is_url",
+    "list_extension",
     "load_image",
+    "os_reason",
+    "parse_path_list",
 ]

@@ -5,20 +5,26 @@ model's interpolation, centre crop to ``input_size``), so features match trainin
 workers decode JPEGs in draft mode (DCT-scaled) and resample only the region that survives the
 centre crop, then hand back uint8 arrays: a quarter of the bytes of float32; the float conversion
 and normalisation happen once per batch on the device.
+
+Images come from three places: local files (streamed to PIL), URLs (read through fsspec by
+:func:`cl_zoo.embedding.inputs.read_bytes`, bounded by ``MAX_IMAGE_BYTES``) and WebDataset tar
+shards, which :class:`TarBatches` streams with webdataset's own tar iterators and hands over
+already batched, one shard per DataLoader worker, so a shard is read once, front to back.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
 from PIL import Image
 
-from cl_zoo.data.images import ImageDecodeError, load_image
-from cl_zoo.errors import ClZooError
+from cl_zoo.data.images import ImageDecodeError, decode_image, load_image
+from cl_zoo.embedding.inputs import MAX_IMAGE_BYTES, ReadError, is_url, open_input, read_bytes
+from cl_zoo.errors import ClZooError, DataError
 
 _INTERPOLATION = {
     "nearest": Image.Resampling.NEAREST,
@@ -92,7 +98,12 @@ class Preprocess:
 
 
 class ImageList(torch.utils.data.Dataset):
-    """Index -> (index, uint8 HWC array or None, failure reason)."""
+    """Index -> (index, uint8 HWC array or None, failure reason).
+
+    A reference is a local path (decoded from the file) or a URL (read through fsspec, refused past
+    ``MAX_IMAGE_BYTES``): a missing, unreachable or oversized image is a failure reason, never an
+    exception, so one bad entry among millions skips one row.
+    """
 
     def __init__(self, paths: Sequence[str], preprocess: Preprocess) -> None:
         self.paths = paths
@@ -102,10 +113,14 @@ class ImageList(torch.utils.data.Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[int, np.ndarray | None, str]:
+        ref = self.paths[index]
         try:
-            img = load_image(self.paths[index], self.preprocess.min_short_side)
+            if is_url(ref):
+                img = decode_image(read_bytes(ref, MAX_IMAGE_BYTES), ref, self.preprocess.min_short_side)
+            else:
+                img = load_image(ref, self.preprocess.min_short_side)
             return index, self.preprocess(img), ""
-        except ImageDecodeError as exc:
+        except (ImageDecodeError, ReadError) as exc:
             return index, None, exc.reason
         except Exception as exc:  # noqa: BLE001 - a codec bug on one file must not end the run
             return index, None, f"decode error ({type(exc).__name__}: {exc})"
@@ -118,7 +133,6 @@ def collate_images(items: list[tuple[int, np.ndarray | None, str]]) -> tuple[lis
     return [i for i, _ in ok], pixels, failed
 
 
-
 def decode_images(paths: Sequence[str], preprocess: Preprocess, workers: int = 0) -> np.ndarray:
     """uint8 NHWC pixels of the ``paths`` that decode (in order), preprocessed as for embedding."""
     loader = torch.utils.data.DataLoader(
@@ -129,3 +143,163 @@ def decode_images(paths: Sequence[str], preprocess: Preprocess, workers: int = 0
     h, w = preprocess.crop_size
     return np.concatenate(parts) if parts else np.zeros((0, h, w, 3), np.uint8)
 
+
+# The image of a WebDataset sample: the first of these extensions the sample has (webdataset's
+# own convention for "the image of a sample", as in its ``to_tuple("jpg;png")``).
+DEFAULT_IMAGE_KEY = "jpg;jpeg;png;webp"
+
+# (shard index, sample keys of the decoded images, their uint8 NHWC pixels or None,
+#  (key, reason) failures, whether this is the shard's last batch)
+# (shard, keys, pixels, failures, last, ordinals): ordinals[i] is keys[i]'s position among the tar's samples
+TarBatch = tuple[int, list[str], torch.Tensor | None, list[tuple[str, str]], bool, list[int]]
+
+
+def parse_image_key(image_key: str) -> tuple[str, ...]:
+    """``"jpg;jpeg;png"`` -> ``("jpg", "jpeg", "png")``: lower-cased, leading dots dropped."""
+    keys = tuple(k.strip().lstrip(".").lower() for k in image_key.split(";") if k.strip().lstrip("."))
+    if not keys:
+        raise DataError(f"image key {image_key!r} names no extension (for example {DEFAULT_IMAGE_KEY})")
+    return keys
+
+
+class ShardError(DataError):
+    """A WebDataset shard that cannot be read to its end: one line naming the shard and the damage.
+
+    A DataLoader worker hands its exception to the main process as ``type(exc)(text)``, the text
+    being "Caught ShardError in DataLoader worker process N" followed by the worker's traceback.
+    This constructor recognises that text and keeps only the original line (the traceback's last
+    line, ``<module>.ShardError: <message>``), so the CLI prints one line wherever the shard was read.
+    """
+
+    def __init__(self, message: str) -> None:
+        if "\n" in message:
+            marker = f"{ShardError.__module__}.{ShardError.__qualname__}: "
+            lines = [line for line in message.splitlines() if line.startswith(marker)]
+            message = lines[-1][len(marker):] if lines else " ".join(message.split())
+        super().__init__(message)
+
+
+def _damage(ref: str, member: str | None, exc: BaseException) -> str:
+    """One line for an exception raised while opening or streaming a shard."""
+    if isinstance(exc, ReadError):
+        return f"cannot read WebDataset shard {ref}: {exc.reason}"
+    # webdataset appends " @ <stream repr>" to the first argument, and (stream, url) to the rest.
+    text = str(exc.args[0]).partition(" @ ")[0] if exc.args else ""
+    text = " ".join(text.split())[:200] or type(exc).__name__
+    if type(exc).__module__ == "tarfile" or isinstance(exc, EOFError):
+        text += ": truncated or not a tar"
+    where = f"at or after its member {member}" if member is not None else "before its first member"
+    return f"WebDataset shard {ref} is damaged {where} ({text}); re-create it or leave it out"
+
+
+class TarBatches(torch.utils.data.IterableDataset):
+    """WebDataset shards -> pre-batched :data:`TarBatch` tuples, each shard read once, in order.
+
+    ``tars`` are ``(shard_index, path_or_url)`` pairs; the shard at position ``p`` of that list is
+    read by DataLoader worker ``p % num_workers`` (all of them without workers), so
+    ``DataLoader(TarBatches(...), batch_size=None, num_workers=W)`` reads every shard exactly once
+    and keeps each shard's batches in order, while batches of different shards interleave. A batch
+    holds up to ``batch_size`` samples: the keys and pixels of those whose image decoded, in tar
+    order (with ``ordinals``, each one's position among the shard's samples, failed ones counted),
+    and ``(key, reason)`` for those without a readable one (no ``image_key`` extension, an
+    undecodable or oversized image). Every shard ends with one batch whose ``last`` is True, empty
+    for a shard without samples, so a consumer can record the shard as done.
+
+    Samples are grouped and named by webdataset (``tar_file_expander`` + ``group_by_keys``: a key
+    is a member name up to its first dot), so keys mean what they mean to ``webdataset.WebDataset``;
+    only the image members' bytes are kept, one sample at a time. A shard that cannot be opened or
+    is damaged (a truncated or corrupt tar) raises :class:`ShardError` rather than reporting the
+    rest of the shard as a failure: how many samples were lost is unknown, and a run that quietly
+    finishes without them would look complete. The message names the member where reading
+    stopped; batches yielded before stand, but the sample being assembled there is lost with the
+    rest (webdataset knows a sample is complete only when the next one begins). A tar cut exactly
+    between two members cannot be told from a complete one: tar records no length.
+    """
+
+    def __init__(
+        self,
+        tars: Sequence[tuple[int, str]],
+        preprocess: Preprocess,
+        batch_size: int = 64,
+        image_key: str = DEFAULT_IMAGE_KEY,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size}")
+        self.tars = [(int(i), str(ref)) for i, ref in tars]
+        self.preprocess = preprocess
+        self.batch_size = batch_size
+        self.image_keys = parse_image_key(image_key)
+
+    def __iter__(self) -> Iterator[TarBatch]:
+        info = torch.utils.data.get_worker_info()
+        worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
+        for position, (shard, ref) in enumerate(self.tars):
+            if position % workers == worker:
+                yield from self.shard_batches(shard, ref)
+
+    def _decode(self, ref: str, sample: dict[str, Any]) -> np.ndarray | str:
+        """The sample's preprocessed image, or why it has none."""
+        ext = next((e for e in self.image_keys if e in sample), None)
+        if ext is None:
+            return f"no image ({';'.join(self.image_keys)}) in the sample"
+        data = sample[ext]
+        if len(data) > MAX_IMAGE_BYTES:
+            return f"image of {len(data) >> 20} MiB, larger than the {MAX_IMAGE_BYTES >> 20} MiB limit"
+        try:
+            return self.preprocess(decode_image(data, f"{ref}:{sample['__key__']}.{ext}", self.preprocess.min_short_side))
+        except ImageDecodeError as exc:
+            return exc.reason
+        except Exception as exc:  # noqa: BLE001 - a codec bug on one image must not end the run
+            return f"decode error ({type(exc).__name__}: {exc})"
+
+    def shard_batches(self, shard: int, ref: str) -> Iterator[TarBatch]:
+        """The batches of one shard, the last one flagged; :class:`ShardError` if it is damaged."""
+        from webdataset.tariterators import group_by_keys, tar_file_expander
+
+        try:
+            fh = open_input(ref)
+        except ReadError as exc:
+            raise ShardError(_damage(ref, None, exc)) from None
+        keys: list[str] = []
+        arrays: list[np.ndarray] = []
+        failures: list[tuple[str, str]] = []
+        ordinals: list[int] = []
+        seen = 0
+        member: list[str] = []  # the member webdataset last began to read, to say where damage is
+
+        def note(name: str) -> str:
+            member[:] = [name]
+            return name
+
+        with fh:
+            files = tar_file_expander([{"url": ref, "stream": fh}], rename_files=note, eof_value=None)
+            samples = group_by_keys(files, suffixes=set(self.image_keys))
+            while True:
+                try:
+                    sample = next(samples)
+                except StopIteration:
+                    break
+                except Exception as exc:  # noqa: BLE001 - tarfile, gzip, network: all mean a damaged shard
+                    raise ShardError(_damage(ref, member[0] if member else None, exc)) from None
+                # A full batch goes out only once another sample exists, so `last` is never
+                # followed by an empty batch, and an empty shard still gets its one batch.
+                if len(keys) + len(failures) >= self.batch_size:
+                    yield _tar_batch(shard, keys, arrays, failures, ordinals, last=False)
+                    keys, arrays, failures, ordinals = [], [], [], []
+                key = str(sample["__key__"])
+                decoded = self._decode(ref, sample)
+                if isinstance(decoded, str):
+                    failures.append((key, decoded))
+                else:
+                    keys.append(key)
+                    arrays.append(decoded)
+                    ordinals.append(seen)
+                seen += 1
+        yield _tar_batch(shard, keys, arrays, failures, ordinals, last=True)
+
+
+def _tar_batch(shard: int, keys: list[str], arrays: list[np.ndarray], failures: list[tuple[str, str]], ordinals: list[int], *,
+               last: bool) -> TarBatch:
+    pixels = torch.from_numpy(np.stack(arrays)) if arrays else None
+    return shard, keys, pixels, failures, last, ordinals
