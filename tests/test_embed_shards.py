@@ -188,3 +188,64 @@ def test_torchrun_two_ranks_split_shards_and_match_one_process(photos: Path, mod
     np.testing.assert_array_equal(a, b)
     m1, m2 = (json.loads((d / MANIFEST_NAME).read_text()) for d in (one, two))
     assert m1["shards"] == m2["shards"] and m1["model_sha256"] == m2["model_sha256"]
+
+
+def write_tar(path: Path, files: list[Path], extra_bad: bool = False) -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, "w") as tf:
+        for n, file in enumerate(files):
+            for name, data in ((f"{n:06d}{file.suffix.lower()}", file.read_bytes()), (f"{n:06d}.cls", b"1")):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+        if extra_bad:
+            info = tarfile.TarInfo("zzz.txt")
+            info.size = 2
+            tf.addfile(info, io.BytesIO(b"no"))
+    return path
+
+
+def test_webdataset_shards_one_output_shard_per_tar(photos: Path, model_dir: Path, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    images = sorted(p for p in photos.iterdir() if p.name != "img05b.jpg")
+    tars = tmp_path / "tars"
+    tars.mkdir()
+    write_tar(tars / "data-000.tar", images[:6])
+    write_tar(tars / "data-001.tar", images[6:], extra_bad=True)
+    folder = tmp_path / "folder.npy"
+    exact = ["--precision", "fp32", "--backend", "torch"]  # the same engine whatever each input's size suggests
+    assert embed(photos, model_dir, folder, *exact) == 0
+    out = tmp_path / "wds"
+    pattern = str(tars / "data-{000..001}.tar")
+    assert embed(pattern, model_dir, f"{out}/", *exact) == 0
+    assert "into 2 shards" in capsys.readouterr().err
+    shards = open_shards(out)
+    assert [r["rows"] for r in shards.records] == [6, 5] and [r["source"] for r in shards.records] == [
+        str(tars / "data-000.tar"), str(tars / "data-001.tar")]
+    assert "no image" in (out / "failures_00001.csv").read_text()
+    a, pa, _ = load_embeddings(folder)
+    b, pb, _ = load_embeddings(out)
+    assert pb[0] == f"{tars / 'data-000.tar'}#000000" and len(pb) == 11
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)  # the same images give the same features
+    single = tmp_path / "wds.npy"
+    assert embed(pattern, model_dir, single, *exact) == 0
+    c, pc, _ = load_embeddings(single)
+    assert pc == pb and np.array_equal(b, c)
+    # resume: finished tars are skipped
+    (out / "manifest.json").unlink()
+    (out / "meta_00001.parquet").unlink()
+    before = (out / "emb_00000.npy").stat().st_mtime_ns
+    assert embed(pattern, model_dir, f"{out}/", "--resume", *exact) == 0
+    assert "1 finished shard" in capsys.readouterr().err
+    assert (out / "emb_00000.npy").stat().st_mtime_ns == before
+    assert np.array_equal(load_embeddings(out)[0], b)
+    # options that do not apply are one-line errors
+    for extra, message in ((["--shard-size", "3"], "each input tar becomes one output shard"),
+                           (["--precision", "int8"], "needs --calibration")):
+        assert embed(pattern, model_dir, f"{tmp_path / 'x'}/", *extra) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, err
+    assert embed(photos, model_dir, tmp_path / "y.npy", "--image-key", "png") == 2
+    assert "--image-key applies to WebDataset" in capsys.readouterr().err

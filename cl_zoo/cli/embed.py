@@ -25,6 +25,8 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.option("-o", "--out", default="embeddings.npy", show_default=True,
               help="Output .npy (with .paths.jsonl/.csv sidecars) or .parquet; or a folder (DIR/, or no suffix) of numbered "
                    "shards emb_00000.npy + meta_00000.parquet + manifest.json, for collections larger than memory.")
+@click.option("--image-key", default=None, metavar="EXTS",
+              help="WebDataset shards: the image member's extensions, first found wins (default: jpg;jpeg;png;webp).")
 @click.option("--shard-size", default=None, type=click.IntRange(min=1), metavar="IMAGES",
               help="Folder output: images per shard (default: ~1M rows or 1 GiB of features, whichever first).")
 @click.option("-b", "--batch-size", default=64, show_default=True, type=click.IntRange(min=1))
@@ -63,13 +65,18 @@ def embed_command(
     save_every: int | None,
     quiet: bool,
     shard_size: int | None,
+    image_key: str | None,
 ) -> int:
     """Embed images (jpg, png, webp, bmp, tiff, gif) found in PATHS.
 
-    Each PATH is an image, a folder (searched recursively) or a text file listing paths. Rows
-    come in sorted path order. Unreadable files are skipped and listed in OUT.failures.csv.
+    Each PATH is an image, a folder (searched recursively), a list of paths (.txt, or a .csv/.tsv/
+    .parquet's path column), or WebDataset tar shards (data-{000..009}.tar), each local or an fsspec
+    URL (file://, http://, ...). Rows come in sorted path order (tar order for shards). Unreadable
+    files are skipped and listed in OUT.failures.csv (failures_NNNNN.csv in a folder output).
     """
     from cl_zoo.data.images import discover_images
+    from cl_zoo.embedding.inputs import resolve_inputs
+    from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY
     from cl_zoo.embedding import (
         OUTPUT_SUFFIXES,
         NonFiniteFeatureError,
@@ -98,11 +105,13 @@ def embed_command(
     if not os.access(out_path.parent, os.W_OK):
         raise DataError(f"output folder is not writable: {out_path.parent}")
     rank = int(os.environ.get("RANK", "0"))
-    # Absolute paths: the rows mean the same from any folder, and so does a --resume.
-    found = discover_images(paths)
+    # Absolute paths (URLs stay URLs): the rows mean the same from any folder, and so does a --resume.
+    found = resolve_inputs(paths)
     if found.repeats and rank == 0:
         click.echo(f"skipped {found.repeats} linked folder{'s' if found.repeats != 1 else ''} already walked (symlink repeats or loops)", err=True)
-    files = [os.path.abspath(f) for f in found]
+    files = found.files
+    if image_key is not None and not found.is_webdataset:
+        raise ClZooError("--image-key applies to WebDataset tar shards")
     calibration_files = None
     if calibration:
         if precision != "int8":
@@ -113,6 +122,12 @@ def embed_command(
     net = load_embedding_model(model)
     stop_after = os.environ.get(STOP_AFTER_ENV)
     metadata = {**model_metadata(net, model or DEFAULT_MODEL), **input_metadata(paths)}
+    if found.is_webdataset:
+        return embed_webdataset(net, found.tars, out_path, metadata, sharded=sharded, image_key=image_key or DEFAULT_IMAGE_KEY,
+                                shard_size=shard_size, batch_size=batch_size, device=device, workers=workers, precision=precision,
+                                backend=backend, calibration=calibration_files, calibration_seed=calibration_seed,
+                                force_int8=force_int8, quiet=quiet, resume=resume, force=force, half=half,
+                                stop_after=int(stop_after) if stop_after else None)
     if sharded:
         return embed_shards(net, files, out_path, metadata, shard_size=shard_size, batch_size=batch_size, device=device,
                             workers=workers, precision=precision, backend=backend, calibration=calibration_files,
@@ -179,6 +194,45 @@ def embed_command(
     )
     if result.failures:
         click.echo(f"warning: skipped {len(result.failures)} unreadable files; reasons in {failures_csv}", err=True)
+    return 0
+
+
+def embed_webdataset(net, tars: list[str], out_path: Path, metadata: dict, *, sharded: bool, quiet: bool,  # noqa: ANN001
+                     stop_after: int | None, shard_size: int | None, half: bool, resume: bool, force: bool, **options) -> int:  # noqa: ANN003
+    """WebDataset tar shards in: one output shard per input tar (``--out DIR/``), or one file."""
+    from cl_zoo.embedding import save_embeddings, sidecar, write_failures
+    from cl_zoo.embedding.shards import MANIFEST_NAME
+    from cl_zoo.embedding.tars import embed_tars_to_shards, extract_tar_features
+
+    rank = int(os.environ.get("RANK", "0"))
+    if shard_size is not None:
+        raise ClZooError("--shard-size does not apply to WebDataset input: each input tar becomes one output shard")
+    if not sharded:
+        if resume:
+            raise ClZooError("--resume with WebDataset input needs a folder output (--out DIR/), which resumes tar by tar")
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise ClZooError("torchrun with WebDataset input needs a folder output (--out DIR/)")
+        result = extract_tar_features(net, tars, progress=not quiet, max_batches=stop_after, **options)
+        failures_csv = sidecar(out_path, ".failures.csv")
+        if result.failures:
+            write_failures(failures_csv, result.failures)
+        if not result.paths:
+            raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read; reasons in {failures_csv}")
+        save_embeddings(out_path, result.features, result.paths, {**metadata, "precision": result.precision, "backend": result.backend},
+                        half=half)
+        click.echo(f"embedded {len(result.paths)} images ({result.features.shape[1]}-d) from {len(tars)} WebDataset shard(s) into "
+                   f"{out_path}, skipped {len(result.failures)}, {result.seconds:.1f} s, {result.images_per_second:.1f} images/s "
+                   f"({result.backend} {result.precision}: {result.backend_reason})", err=True)
+        return 0
+    run = embed_tars_to_shards(net, tars, out_path, metadata=metadata, progress=not quiet, max_batches=stop_after, half=half,
+                               resume=resume, force=force, **options)
+    if rank == 0:
+        click.echo(f"embedded {run.rows} images ({run.dims}-d) from {len(tars)} WebDataset shard(s) into {len(run.shards)} shards "
+                   f"in {out_path}/ ({MANIFEST_NAME}), skipped {run.failures}, resumed {run.resumed} ({run.skipped_shards} finished "
+                   f"shard{'s' if run.skipped_shards != 1 else ''}), {run.seconds:.1f} s, {run.images_per_second:.1f} images/s "
+                   f"({run.backend} {run.precision}: {run.backend_reason})", err=True)
+        if run.failures:
+            click.echo(f"warning: skipped {run.failures} unreadable samples; reasons in {out_path}/failures_*.csv", err=True)
     return 0
 
 

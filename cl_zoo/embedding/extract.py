@@ -269,10 +269,8 @@ def run_batches(
 
     if not batches:
         return 0
-    dev, preprocess, runner = engine.device, engine.preprocess, engine.runner
-    net = prepare_model(model, dev, fuse=fuse) if runner is None else None
-    mean = torch.tensor(preprocess.mean, device=dev).view(1, 3, 1, 1) * 255.0
-    inv_std = 1.0 / (torch.tensor(preprocess.std, device=dev).view(1, 3, 1, 1) * 255.0)
+    dev, preprocess = engine.device, engine.preprocess
+    forward = BatchForward(model, engine, fuse=fuse)
     loader = torch.utils.data.DataLoader(
         ImageList(paths, preprocess),
         batch_sampler=batches,
@@ -292,22 +290,11 @@ def run_batches(
     )
     computed = 0
     try:
-        with torch.inference_mode(), inference_autocast(dev, "fp32" if runner is not None else engine.precision):
+        with forward.context():
             for n, (indices, pixels, failed) in enumerate(loader):
                 if max_batches is not None and n >= max_batches:
                     raise KeyboardInterrupt(f"stopped after {max_batches} batches")
-                if pixels is not None and runner is not None:
-                    feats = runner(pixels)  # uint8 NHWC in, float32 [B, D] out; normalisation inside
-                elif pixels is not None:
-                    assert net is not None
-                    x = pixels.to(dev, non_blocking=True).permute(0, 3, 1, 2)  # NHWC memory = channels-last
-                    x = (x.float() - mean) * inv_std
-                    feats = net(x)
-                    if not isinstance(feats, torch.Tensor):
-                        raise ClZooError(f"{type(model).__name__}.forward_features returned {type(feats).__name__}, not a tensor")
-                    feats = feats.reshape(feats.shape[0], -1).float().cpu().numpy()
-                else:
-                    feats = np.zeros((0, 0), dtype=np.float32)
+                feats = forward(pixels)
                 if len(indices):
                     check_finite(feats, [paths[i] for i in indices], model, engine.precision)
                 k = chunk_of(indices[0] if indices else failed[0][0])
@@ -316,13 +303,46 @@ def run_batches(
                 bar.update(len(indices) + len(failed))
                 remaining[k] -= 1
                 if remaining[k] == 0:
-                    on_chunk(k, _merge_chunk(pending.pop(k)))
+                    on_chunk(k, merge_chunk(pending.pop(k)))
     finally:
         bar.close()
     return computed
 
 
-def _merge_chunk(parts: list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]) -> Chunk:
+class BatchForward:
+    """uint8 NHWC pixels -> float32 ``[B, D]`` features with what the engine runs (torch or OpenVINO)."""
+
+    def __init__(self, model: nn.Module, engine: Engine, *, fuse: bool = True) -> None:
+        self.model, self.engine = model, engine
+        dev = engine.device
+        self.net = prepare_model(model, dev, fuse=fuse) if engine.runner is None else None
+        self.mean = torch.tensor(engine.preprocess.mean, device=dev).view(1, 3, 1, 1) * 255.0
+        self.inv_std = 1.0 / (torch.tensor(engine.preprocess.std, device=dev).view(1, 3, 1, 1) * 255.0)
+
+    def context(self):  # noqa: ANN201 - a context manager
+        """inference_mode, with autocast for torch at the engine's precision."""
+        import contextlib
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.inference_mode())
+        stack.enter_context(inference_autocast(self.engine.device, "fp32" if self.engine.runner is not None else self.engine.precision))
+        return stack
+
+    def __call__(self, pixels: torch.Tensor | None) -> np.ndarray:
+        if pixels is None:
+            return np.zeros((0, 0), dtype=np.float32)
+        if self.engine.runner is not None:
+            return self.engine.runner(pixels)  # uint8 NHWC in, float32 [B, D] out; normalisation inside
+        assert self.net is not None
+        x = pixels.to(self.engine.device, non_blocking=True).permute(0, 3, 1, 2)  # NHWC memory = channels-last
+        x = (x.float() - self.mean) * self.inv_std
+        feats = self.net(x)
+        if not isinstance(feats, torch.Tensor):
+            raise ClZooError(f"{type(self.model).__name__}.forward_features returned {type(feats).__name__}, not a tensor")
+        return feats.reshape(feats.shape[0], -1).float().cpu().numpy()
+
+
+def merge_chunk(parts: list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]) -> Chunk:
     feats = [f for f, i, _ in parts if len(i)]
     dim = feats[0].shape[1] if feats else 0
     fails = [pair for _, _, fl in parts for pair in fl]

@@ -1,0 +1,261 @@
+"""Embedding WebDataset tar shards: each input tar becomes one output shard.
+
+A tar is read front to back (webdataset's iterators, :class:`~cl_zoo.embedding.preprocess.TarBatches`),
+so its samples are known only as they stream past: there is no random access to cut it into the
+fixed chunks that path lists use. The tar is therefore the unit of everything here. With
+``--out DIR/``, input tar ``t`` gives ``emb_t``/``meta_t`` (its rows named ``<tar>#<key>``, ``id``
+the sample's position in the tar), a resumed run skips the tars whose shard is finished, and
+``torchrun`` rank ``r`` reads the tars ``t % WORLD_SIZE == r``. DataLoader workers each read whole
+tars (``TarBatches`` deals tars to workers), so a tar is downloaded once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from cl_zoo.embedding.checks import check_finite
+from cl_zoo.embedding.extract import BatchForward, Engine, FeatureResult, prepare_engine
+from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY, TarBatches, parse_image_key
+from cl_zoo.embedding.progress import Chunk, barrier, dist_info
+from cl_zoo.embedding.sharded import ShardRun, probe_dims, run_digest
+from cl_zoo.embedding.shards import (
+    SHARD_FORMAT,
+    SHARD_FORMAT_VERSION,
+    ShardRecord,
+    emb_name,
+    meta_name,
+    our_files,
+    shard_meta_fingerprint,
+    write_manifest,
+    write_shard,
+)
+from cl_zoo.errors import ClZooError, DataError
+
+# Failed samples have no row; their ids in a chunk are this plus their order among the failures.
+FAILURE_IDS = 1 << 40
+
+
+def sample_ref(tar: str, key: str) -> str:
+    """How a tar sample is named in outputs and failure reports."""
+    return f"{tar}#{key}"
+
+
+def run_tar_batches(
+    model: nn.Module,
+    engine: Engine,
+    tars: Sequence[tuple[int, str]],
+    on_tar: Callable[[int, Chunk, dict[int, str]], None],
+    *,
+    batch_size: int,
+    image_key: str,
+    fuse: bool = True,
+    max_batches: int | None = None,
+    progress: bool = False,
+) -> int:
+    """Embed every sample of ``tars``; each finished tar goes to ``on_tar(t, chunk, refs)``.
+
+    ``chunk.indices`` are the decoded samples' positions in the tar, ``refs`` maps every id of the
+    chunk (failures included) to its ``<tar>#<key>`` name. Returns the images embedded.
+    """
+    from tqdm import tqdm
+
+    if not tars:
+        return 0
+    forward = BatchForward(model, engine, fuse=fuse)
+    workers = min(engine.workers, len(tars))
+    loader = torch.utils.data.DataLoader(
+        TarBatches(tars, engine.preprocess, batch_size, image_key), batch_size=None, num_workers=workers,
+        pin_memory=engine.device.type == "cuda", prefetch_factor=4 if workers > 0 else None,
+    )
+    url = dict(tars)
+    pending: dict[int, tuple[list[np.ndarray], list[int], dict[int, str], list[str]]] = {}
+    bar = tqdm(total=None, unit="img", disable=None if progress else True, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
+    computed = 0
+    try:
+        with forward.context():
+            for n, (t, keys, pixels, failures, last, ordinals) in enumerate(loader):
+                if max_batches is not None and n >= max_batches:
+                    raise KeyboardInterrupt(f"stopped after {max_batches} batches")
+                feats, ids, refs, reasons = pending.setdefault(t, ([], [], {}, []))
+                if keys:
+                    batch = forward(pixels)
+                    check_finite(batch, [sample_ref(url[t], k) for k in keys], model, engine.precision)
+                    feats.append(batch)
+                    ids += ordinals
+                    refs.update((o, sample_ref(url[t], k)) for o, k in zip(ordinals, keys))
+                for key, reason in failures:
+                    refs[FAILURE_IDS + len(reasons)] = sample_ref(url[t], key)
+                    reasons.append(reason)
+                computed += len(keys)
+                bar.update(len(keys) + len(failures))
+                if last:
+                    feats, ids, refs, reasons = pending.pop(t)
+                    dim = feats[0].shape[1] if feats else 0
+                    chunk = Chunk(
+                        features=np.concatenate(feats).astype(np.float32, copy=False) if feats else np.zeros((0, dim), np.float32),
+                        indices=np.asarray(ids, dtype=np.int64),
+                        fail_indices=np.arange(FAILURE_IDS, FAILURE_IDS + len(reasons), dtype=np.int64),
+                        fail_reasons=reasons,
+                    )
+                    on_tar(t, chunk, refs)
+    finally:
+        bar.close()
+    return computed
+
+
+def tar_engine(model: nn.Module, tars: Sequence[str], *, calibration: Sequence[str] | None, precision: str, **options: Any) -> Engine:
+    if precision == "int8" and not calibration:
+        raise ClZooError("--precision int8 with WebDataset shards needs --calibration images (files or folders) to quantize on")
+    return prepare_engine(model, list(calibration or []), precision=precision, calibration=calibration, need_fingerprint=True,
+                          images=len(tars) * 1000, **options)
+
+
+def extract_tar_features(
+    model: nn.Module,
+    tars: Sequence[str],
+    *,
+    image_key: str = DEFAULT_IMAGE_KEY,
+    batch_size: int = 64,
+    device: str | torch.device = "auto",
+    workers: int | None = None,
+    precision: str = "auto",
+    backend: str = "auto",
+    progress: bool = False,
+    fuse: bool = True,
+    max_batches: int | None = None,
+    calibration: Sequence[str] | None = None,
+    calibration_seed: int = 0,
+    force_int8: bool = False,
+) -> FeatureResult:
+    """Every sample of ``tars`` in memory, in tar order (for a single-file output)."""
+    start = time.perf_counter()
+    parse_image_key(image_key)
+    engine = tar_engine(model, tars, calibration=calibration, precision=precision, batch_size=batch_size, device=device,
+                        workers=workers, backend=backend, calibration_seed=calibration_seed, force_int8=force_int8)
+    done: dict[int, tuple[Chunk, dict[int, str]]] = {}
+    computed = run_tar_batches(model, engine, list(enumerate(tars)), lambda t, c, r: done.__setitem__(t, (c, r)),
+                               batch_size=batch_size, image_key=image_key, fuse=fuse, max_batches=max_batches, progress=progress)
+    ordered = [done[t] for t in range(len(tars))]
+    dims = {c.features.shape[1] for c, _ in ordered if len(c.indices)}
+    dim = dims.pop() if dims else 0
+    feats = [c.features for c, _ in ordered if len(c.indices)]
+    result = FeatureResult(
+        features=np.ascontiguousarray(np.concatenate(feats) if feats else np.zeros((0, dim), np.float32), dtype=np.float32),
+        indices=np.concatenate([c.indices for c, _ in ordered]) if ordered else np.zeros(0, np.int64),
+        paths=[r[int(i)] for c, r in ordered for i in c.indices],
+        failures=[(r[int(i)], reason) for c, r in ordered for i, reason in zip(c.fail_indices, c.fail_reasons)],
+        seconds=time.perf_counter() - start, computed=computed,
+    )
+    engine.describe(result)
+    return result
+
+
+def embed_tars_to_shards(
+    model: nn.Module,
+    tars: Sequence[str],
+    out: str | os.PathLike[str],
+    *,
+    metadata: dict[str, Any],
+    image_key: str = DEFAULT_IMAGE_KEY,
+    half: bool = False,
+    batch_size: int = 64,
+    device: str | torch.device = "auto",
+    workers: int | None = None,
+    precision: str = "auto",
+    backend: str = "auto",
+    progress: bool = False,
+    resume: bool = False,
+    force: bool = False,
+    fuse: bool = True,
+    max_batches: int | None = None,
+    calibration: Sequence[str] | None = None,
+    calibration_seed: int = 0,
+    force_int8: bool = False,
+) -> ShardRun:
+    """One output shard per input tar, in ``out``, plus ``manifest.json``; see the module docstring."""
+    start = time.perf_counter()
+    tars = [os.fspath(t) for t in tars]
+    parse_image_key(image_key)
+    folder = Path(out)
+    rank, world = dist_info()
+    engine = tar_engine(model, tars, calibration=calibration, precision=precision, batch_size=batch_size, device=device,
+                        workers=workers, backend=backend, calibration_seed=calibration_seed, force_int8=force_int8)
+    assert engine.fingerprint is not None
+    dims = probe_dims(model, engine.preprocess.crop_size)
+    run = engine.progress_manifest(model, tars, batch_size, 0)
+    run.update(image_key=image_key, dtype="float16" if half else "float32", dims=dims, input="webdataset")
+    digest = run_digest(run)
+    if rank == 0:
+        folder.mkdir(parents=False, exist_ok=True)
+        existing = our_files(folder)
+        if existing and not resume and not force:
+            raise DataError(f"{folder} already holds embedding shards ({existing[0].name}, ...); pass --resume to continue that run "
+                            "or --force to replace them")
+        if force:
+            for path in existing:
+                path.unlink()
+    barrier(world)
+
+    def finished(t: int) -> bool:
+        meta = folder / meta_name(t)
+        if not resume or not meta.is_file() or not (folder / emb_name(t)).is_file():
+            return False
+        import pyarrow.parquet as pq
+
+        _, fingerprint, shard = shard_meta_fingerprint(meta)
+        recorded = (pq.ParquetFile(meta).schema_arrow.metadata or {}).get(b"cl_zoo.run_sha256", b"").decode()
+        if fingerprint != engine.fingerprint or recorded != digest or shard != t:
+            raise DataError(f"cannot resume: {meta} belongs to another run; use another --out, or --force to discard its shards")
+        return True
+
+    skipped = {t for t in range(len(tars)) if finished(t)}
+    mine = [(t, tars[t]) for t in range(len(tars)) if t % world == rank and t not in skipped]
+    counts: dict[int, int] = {}
+
+    def on_tar(t: int, chunk: Chunk, refs: dict[int, str]) -> None:
+        write_shard(folder, t, lambda: [chunk], refs.__getitem__, dims=dims, half=half, fingerprint=engine.fingerprint or "",
+                    first_id=0, run_digest=digest, source=tars[t])
+        counts[t] = len(chunk.indices) + len(chunk.fail_indices)
+
+    computed = run_tar_batches(model, engine, mine, on_tar, batch_size=batch_size, image_key=image_key, fuse=fuse,
+                               max_batches=max_batches, progress=progress and rank == 0)
+    barrier(world)
+    records: list[ShardRecord] = []
+    if rank == 0:
+        from cl_zoo.index.fingerprint import file_digest
+        from cl_zoo.index.source import read_npy_header
+
+        for t, tar in enumerate(tars):
+            rows = read_npy_header(folder / emb_name(t)).rows
+            failures_file = folder / f"failures_{t:05d}.csv"
+            failures = max(0, sum(1 for _ in failures_file.open(encoding="utf-8", errors="replace")) - 1) if failures_file.is_file() else 0
+            records.append(ShardRecord(t, rows, rows + failures, failures, 0, file_digest(folder / emb_name(t)), tar))
+        if not any(r.rows for r in records):
+            raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read; reasons in {folder}/failures_*.csv")
+    manifest: dict[str, Any] = {
+        "format": SHARD_FORMAT, "version": SHARD_FORMAT_VERSION, "complete": True, **metadata,
+        "precision": engine.precision, "backend": engine.backend,
+        **({"quantization": engine.quantization} if engine.quantization is not None else {}),
+        "model_sha256": engine.fingerprint, "paths_sha256": run["paths_sha256"], "run_sha256": digest,
+        "preprocess": run["preprocess"], "dims": dims, "dtype": run["dtype"], "input": "webdataset", "image_key": image_key,
+        "images": sum(r.images for r in records), "rows": sum(r.rows for r in records),
+        "failures": sum(r.failures for r in records), "shards": [r.as_json() for r in records],
+    }
+    if rank == 0:
+        write_manifest(folder, manifest)
+    barrier(world)
+    resumed = sum(r.images for r in records if r.index in skipped)
+    return ShardRun(folder, records, time.perf_counter() - start, computed, resumed, len(skipped), dims, engine.precision,
+                    engine.backend, engine.reason, engine.quantization, manifest)
+
+
+__all__ = ["FAILURE_IDS", "embed_tars_to_shards", "extract_tar_features", "run_tar_batches", "sample_ref"]
