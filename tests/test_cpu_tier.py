@@ -136,6 +136,35 @@ def test_readme_table_is_generated_from_the_folders() -> None:
         assert f"`{name}`" in table
 
 
+def test_table_aggregates_seeds_on_fake_folders(tmp_path: Path) -> None:
+    """Mean ± sample sd (n - 1) over every seed, rows ordered by mean kNN k=200, one seed shown as is."""
+    import statistics
+
+    def card(method: str, seeds: list[tuple[float, float, float]]) -> None:
+        scores = [dict(zip(cpu_tier_table.METRICS, s)) for s in seeds]
+        tier = {"method": method, "seed": 0, "epochs": 30, "epoch_time_median_s": 40.0, "views_per_s": 400.0,
+                "fp16_top1": scores[0], "random_init_top1": {"knn_k20_top1": 0.3, "knn_k200_top1": 0.25, "linear_fast_top1": 0.4},
+                "other_seeds": [{"seed": n, "fp16_top1": s} for n, s in enumerate(scores[1:], 1)]}
+        folder = tmp_path / f"{method}_resnet18.imagenette64_cpu"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"model_name": folder.name, "architecture": "resnet18", "cpu_tier": tier}))
+
+    card("simclr", [(0.47, 0.4675, 0.538), (0.48, 0.4702, 0.541), (0.46, 0.4651, 0.533)])
+    card("dcl", [(0.57, 0.5669, 0.6145)])  # one seed: no spread is invented
+    card("mocov2", [(0.50, 0.4600, 0.52), (0.50, 0.4900, 0.52)])
+    table = cpu_tier_table.render(tmp_path)
+    rows = [line for line in table.splitlines() if line.startswith("| ") and "`" in line]
+    assert [r.split(" | ")[0] for r in rows[:3]] == ["| DCL", "| MoCo v2", "| SimCLR"]  # means 56.69 > 47.50 > 46.76
+    simclr = rows[2].split(" | ")
+    k200 = [0.4675, 0.4702, 0.4651]
+    assert simclr[2] == "3"
+    assert simclr[4] == f"{100 * statistics.mean(k200):.2f} ± {100 * statistics.stdev(k200):.2f}%" == "46.76 ± 0.26%"
+    assert simclr[6] == "46.75% (seed 0), 47.02% (seed 1), 46.51% (seed 2)"
+    dcl = rows[0].split(" | ")
+    assert dcl[2] == "1" and dcl[4] == "56.69%" and "±" not in rows[0]
+    assert "Not published yet" in table and "CACR" in table.split("Not published yet")[1]
+
+
 @pytest.mark.parametrize("name", [n for n in TIER if get_pretrained(n).arch == "resnet18"])
 def test_exports_to_torchvision_timm_and_detectron2(name: str, tmp_path: Path) -> None:
     model = cl_zoo.create_model(name, pretrained=True).eval()
