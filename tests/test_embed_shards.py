@@ -87,11 +87,11 @@ def test_resume_skips_finished_shards(photos: Path, model_dir: Path, tmp_path: P
     err = capsys.readouterr().err
     assert "2 finished shards" in err and "--resume" in err
     assert sorted(p.name for p in out.glob("emb_*")) == ["emb_00000.npy", "emb_00001.npy"]
-    assert not (out / MANIFEST_NAME).exists()  # unfinished: nothing claims to be complete
+    assert json.loads((out / MANIFEST_NAME).read_text())["complete"] is False  # readers refuse it meanwhile
     with pytest.raises(DataError, match="unfinished"):
-        (out / MANIFEST_NAME).write_text(json.dumps({"format": "cl-zoo-embedding-shards", "version": 1, "complete": False}))
         open_shards(out)
-    (out / MANIFEST_NAME).unlink()
+    assert run_cli("index", out, "--out", tmp_path / "idx.faiss", "--max-memory", "1G") == 2
+    assert "unfinished" in capsys.readouterr().err and not (tmp_path / "idx.faiss").exists()
     before = {p.name: p.stat().st_mtime_ns for p in out.glob("*_0000[01].*")}
     # without --resume the shards are not silently overwritten
     monkeypatch.delenv("CL_ZOO_EMBED_STOP_AFTER_BATCHES")

@@ -43,6 +43,7 @@ from cl_zoo.embedding.shards import (
     meta_name,
     our_files,
     shard_meta_fingerprint,
+    unfinished_manifest,
     write_manifest,
     write_shard,
 )
@@ -239,6 +240,8 @@ def embed_to_shards(
         if force:
             for path in existing:
                 path.unlink()
+        # Until the run completes the folder says so: readers refuse it instead of using some shards.
+        write_manifest(folder, unfinished_manifest(metadata, engine.fingerprint, digest))
     barrier(world)
     open_progress(parts, run, resume, force, rank, world)
 

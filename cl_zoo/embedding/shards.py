@@ -210,6 +210,12 @@ def shard_meta_fingerprint(path: Path) -> tuple[int, str, int]:
     return rows, fingerprint, shard
 
 
+def unfinished_manifest(metadata: dict[str, Any], fingerprint: str, run_digest: str) -> dict[str, Any]:
+    """What a run's folder says while it runs (``complete: false``): which model and run, no shards yet."""
+    return {"format": SHARD_FORMAT, "version": SHARD_FORMAT_VERSION, "complete": False, **metadata,
+            "model_sha256": fingerprint, "run_sha256": run_digest}
+
+
 def write_manifest(folder: Path, manifest: dict[str, Any]) -> Path:
     path = folder / MANIFEST_NAME
     atomic_write_text(path, json.dumps(manifest, indent=1) + "\n", mkdir=False)
@@ -372,6 +378,7 @@ __all__ = [
     "our_files",
     "read_manifest",
     "shard_meta_fingerprint",
+    "unfinished_manifest",
     "write_failure_rows",
     "write_manifest",
     "write_shard",
