@@ -18,8 +18,10 @@ from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.index import (
     build_index,
     choose_index,
+    index_nearest_neighbour_scores,
     index_similar_pairs,
     load_saved_index,
+    open_source,
     parse_memory,
     read_info,
     sidecar_path,
@@ -112,6 +114,30 @@ def test_ivf_build_reaches_target_recall_and_dedups_like_exact(data_20k: Path, t
     assert len(rows) >= 0.9 * len(exact[0]) and (sims >= 0.55).all()
 
 
+def test_index_dedup_streams_rows_and_survives_hnsw_query_blocks(tmp_path: Path) -> None:
+    """Rows read block by block from disk give the pairs and scores of the matrix in memory; and
+    faiss's HNSW range search, which aborts the process past its interrupt-check period (~1e8 /
+    (levels * dims * efSearch) queries per call: 4,068 on CIFAR-10's 512-d embeddings), is not used."""
+    import faiss
+
+    emb = tmp_path / "emb.npy"
+    x = random_embeddings(emb, 2_000, 32, paths=False)
+    index = faiss.IndexHNSWFlat(32, 32, faiss.METRIC_INNER_PRODUCT)
+    index.add(x / np.linalg.norm(x, axis=1, keepdims=True))
+    assert index.hnsw.max_level >= 2  # faiss seeds its levels: 2 here
+    index.hnsw.efSearch = 1_024  # period 1e8 / (levels * 32 * 1024) <= 1,525 queries, under the block of 2,000
+    rows, cols, sims = index_similar_pairs(index, x, 0.5, block=2_000)
+    exact = similar_pairs(x, 0.5)
+    assert set(zip(rows.tolist(), cols.tolist())) == set(zip(exact[0].tolist(), exact[1].tolist())) and (sims >= 0.5).all()
+    index.hnsw.efSearch = 64
+    rows, cols, sims = index_similar_pairs(index, x, 0.5)
+    streamed = index_similar_pairs(index, open_source(emb), 0.5, block=700)
+    for a, b in zip(streamed, (rows, cols, sims)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(index_nearest_neighbour_scores(index, open_source(emb), block=700),
+                                  index_nearest_neighbour_scores(index, x))
+
+
 def test_pq_build_under_a_tight_budget(tmp_path: Path) -> None:
     emb = tmp_path / "small.npy"
     random_embeddings(emb, 12_000, 16)
@@ -128,14 +154,16 @@ def test_shard_folder_gives_the_same_index_as_one_file(tmp_path: Path) -> None:
     shards = tmp_path / "shards"
     shards.mkdir()
     np.save(shards / "emb_00000.npy", x[:7_000])
-    np.save(shards / "emb_00001.npy", x[7_000:])
-    (shards / "manifest.json").write_text("{}")
+    np.save(shards / "emb_00001.npy", x[7_000:])  # no manifest: shards written by another tool, read by name
     one = build_index(tmp_path / "all.npy", tmp_path / "one.faiss", 3 * MiB, block_rows=4_096)
     two = build_index(shards, tmp_path / "two.faiss", 3 * MiB, block_rows=4_096)
     assert one.info.factory == two.info.factory == "IVF256,Flat"
     assert (tmp_path / "one.faiss").read_bytes() == (tmp_path / "two.faiss").read_bytes()
     assert one.info.recall_at_10 == two.info.recall_at_10 and one.info.fingerprint != two.info.fingerprint
     assert two.info.sources == [str((shards / f"emb_0000{i}.npy").resolve()) for i in (0, 1)]
+    (shards / "manifest.json").write_text("{}")  # a manifest makes it a cl-zoo embed output, checked as one
+    with pytest.raises(DataError, match="not a cl-zoo shard manifest"):
+        build_index(shards, tmp_path / "three.faiss", 3 * MiB)
 
 
 # ------------------------------------------------------------------ refusals: one line, outputs untouched
@@ -300,3 +328,104 @@ def test_search_uses_a_saved_index_and_refuses_another_ones(tmp_path: Path, caps
     code, out, err = run_cli(["search", str(other), "-q", query, "--index-file", str(index)], capsys)
     assert code == 2 and out == ""
     assert_one_error_line(err, "built from other embeddings")
+
+
+# ------------------------------------------------------------------ shard folders written by cl-zoo embed --out DIR/
+
+
+@pytest.fixture()
+def photo_shards(tmp_path: Path) -> Path:
+    """The test photos and a copy of photo2 embedded into a folder of shards of two images."""
+    from test_search import embed_test_photos
+
+    return embed_test_photos(tmp_path, {"copy_of_photo2.jpg": "photo2.JPEG"}, out="shards/", extra=("--shard-size", "2"))
+
+
+def features_never_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every way of reading embedding values fail: what is left may read paths and headers only."""
+    from cl_zoo.embedding.shards import ShardSet
+    from cl_zoo.index.source import EmbeddingSource
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("embedding values were read")
+
+    for owner, name in ((ShardSet, "load"), (ShardSet, "blocks"), (EmbeddingSource, "blocks"), (EmbeddingSource, "take")):
+        monkeypatch.setattr(owner, name, refuse)
+
+
+def test_shard_folder_index_search_and_dedup(photo_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    from cl_zoo.embedding.shards import open_shards
+
+    assert [r["rows"] for r in open_shards(photo_shards).records] == [2, 2, 1]
+    index = tmp_path / "shards.faiss"
+    assert main(["index", str(photo_shards), "--out", str(index), "--max-memory", "64M", "-q"]) == 0
+    info = read_info(index)
+    assert info is not None and info.n == 5 and len(info.sources) == 3
+    capsys.readouterr()
+    query = str(tmp_path / "photos" / "photo2.JPEG")
+    copy = str(tmp_path / "photos" / "copy_of_photo2.jpg")
+
+    assert main(["search", str(photo_shards), "-q", query, "-k", "2", "--json"]) == 0  # exact: the folder loaded whole
+    exact = json.loads(capsys.readouterr().out)
+    assert {hit["path"] for hit in exact[0]["results"]} == {query, copy}
+    assert main(["dedup", str(photo_shards), "-t", "0.9999", "--json"]) == 0
+    exact_groups = json.loads(capsys.readouterr().out)
+    assert exact_groups == [[copy, query]]
+
+    with monkeypatch.context() as patch:  # through the index, search reads row paths, never a feature
+        features_never_read(patch)
+        assert main(["search", str(photo_shards), "-q", query, "-k", "2", "--json", "--index-file", str(index)]) == 0
+        assert json.loads(capsys.readouterr().out) == exact
+    with monkeypatch.context() as patch:  # and dedup streams blocks: the folder is never loaded whole
+        import cl_zoo.embedding
+        from cl_zoo.embedding.shards import ShardSet
+
+        def whole(*args: object) -> None:
+            raise AssertionError("the whole matrix was loaded")
+
+        patch.setattr(ShardSet, "load", whole)
+        patch.setattr(cl_zoo.embedding, "load_embeddings", whole)
+        code, text, err = run_cli(["dedup", str(photo_shards), "-t", "0.9999", "--json", "--index-file", str(index), "--show-scores"], capsys)
+        assert code == 0 and json.loads(text) == exact_groups and "approximate" in err and "nearest-neighbour similarity of 5" in err
+
+
+def test_damaged_shard_folders_are_refused_and_leave_indexes_alone(photo_shards: Path, tmp_path: Path, existing_index: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    from test_search import embed_test_photos
+
+    index = tmp_path / "shards.faiss"
+    assert main(["index", str(photo_shards), "--out", str(index), "--max-memory", "64M", "-q"]) == 0
+    saved = index.read_bytes(), sidecar_path(index).read_bytes()
+    (tmp_path / "foreign").mkdir()
+    foreign = embed_test_photos(tmp_path / "foreign", {"copy_of_photo2.jpg": "photo2.JPEG"}, out="shards/", extra=("--shard-size", "2"), seed=1)
+    capsys.readouterr()
+    query = str(tmp_path / "photos" / "photo2.JPEG")
+
+    def another_model(folder: Path) -> None:
+        for name in ("emb_00001.npy", "meta_00001.parquet"):
+            shutil.copy(foreign / name, folder / name)
+
+    def truncated(folder: Path) -> None:
+        (folder / "emb_00002.npy").write_bytes((folder / "emb_00002.npy").read_bytes()[:-8])
+
+    cases = {
+        "another_model": (another_model, "made by another model"),
+        "another_models_emb": (lambda folder: shutil.copy(foreign / "emb_00001.npy", folder), "emb_00001.npy is not the file manifest.json recorded"),
+        "truncated": (truncated, "emb_00002.npy is truncated"),
+        "missing": (lambda folder: (folder / "emb_00001.npy").unlink(), "emb_00001.npy listed in manifest.json is missing"),
+    }
+    for name, (damage, fragment) in cases.items():
+        folder = tmp_path / name
+        shutil.copytree(photo_shards, folder)
+        damage(folder)
+        for args in (["index", str(folder), "--out", str(existing_index), "--max-memory", "64M"],
+                     ["search", str(folder), "-q", query, "--index-file", str(index)],
+                     ["dedup", str(folder), "-t", "0.9", "--index-file", str(index)]):
+            code, out, err = run_cli(args, capsys)
+            assert code != 0 and out == "", (name, args[0], err)
+            assert_one_error_line(err, fragment)
+        assert untouched(existing_index)
+        assert (index.read_bytes(), sidecar_path(index).read_bytes()) == saved

@@ -76,10 +76,16 @@ def test_dedup_groups_transitive_and_inclusive_threshold() -> None:
     assert dedup_groups(np.array([[1.0, 0.0], [1.0, 0.0]], np.float32), 1.0) == [[0, 1]]  # ">=" holds at 1.0
 
 
-def embed_test_photos(tmp_path: Path, copies: dict[str, str] | None = None) -> Path:
+def embed_test_photos(
+    tmp_path: Path, copies: dict[str, str] | None = None, *, out: str = "emb.npy", extra: tuple[str, ...] = (), seed: int = 0
+) -> Path:
     """The four test photos (plus ``copies``: new name -> photo) embedded by a seeded quarter-width
-    ResNet-18 at 32 px into ``tmp_path/emb.npy``; the model is saved in ``tmp_path/model``."""
-    torch.manual_seed(0)
+    ResNet-18 at 32 px into ``tmp_path/emb.npy``; the model is saved in ``tmp_path/model``.
+
+    ``out="shards/"`` (with ``extra=("--shard-size", "2")``, say) writes a shard folder instead;
+    another ``seed`` is another model, for folders that must not mix.
+    """
+    torch.manual_seed(seed)
     model = cl_zoo.create_model("resnet18", width=0.25)
     model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, input_size=(3, 32, 32))
     cl_zoo.save_pretrained(model, tmp_path / "model")
@@ -89,9 +95,9 @@ def embed_test_photos(tmp_path: Path, copies: dict[str, str] | None = None) -> P
         shutil.copy(DATA / name, photos / name)
     for name, source in (copies or {}).items():
         shutil.copy(DATA / source, photos / name)
-    emb = tmp_path / "emb.npy"
-    assert main(["embed", str(photos), "-m", str(tmp_path / "model"), "-o", str(emb), "-j", "0", "-q"]) == 0
-    return emb
+    target = f"{tmp_path}/{out}"  # a trailing slash (a shard folder) survives
+    assert main(["embed", str(photos), "-m", str(tmp_path / "model"), "-o", target, "-j", "0", "-q", *extra]) == 0
+    return tmp_path / out
 
 
 def test_search_and_dedup_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

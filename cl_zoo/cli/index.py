@@ -18,9 +18,11 @@ import click
 def index_command(embeddings: str, out: str, max_memory: str, sample: int | None, seed: int, quiet: bool, as_json: bool) -> int:
     """Build a faiss index over EMBEDDINGS that fits --max-memory, measure it, and save it.
 
-    EMBEDDINGS is a .npy written by cl-zoo embed, or a folder of shards emb_00000.npy,
-    emb_00001.npy, ... (read in numeric order). Rows are read a block at a time, never all at
-    once. The index type follows autofaiss's rule: Flat for under 1,000 vectors, an HNSW graph
+    EMBEDDINGS is a .npy written by cl-zoo embed, the folder a cl-zoo embed --out DIR/ run
+    wrote (checked against its manifest.json first: a missing, truncated, replaced or unlisted
+    shard is refused before anything is built), or a folder of shards emb_00000.npy,
+    emb_00001.npy, ... without a manifest (read in numeric order). Rows are read a block at a
+    time, never all at once. The index type follows autofaiss's rule: Flat for under 1,000 vectors, an HNSW graph
     when vectors and graph fit, an inverted file over raw vectors up to 1M vectors, product
     quantization (OPQ + IVF + PQ) beyond or when raw vectors do not fit. Recall@10 against exact
     search and query latency are measured on 1,000 held-out rows, and search parameters are
@@ -30,9 +32,9 @@ def index_command(embeddings: str, out: str, max_memory: str, sample: int | None
     \b
     Examples:
       cl-zoo index runs/emb.npy --out runs/emb.faiss --max-memory 4G
-      cl-zoo index runs/shards/ --out runs/emb.faiss --max-memory 512M --json
+      cl-zoo index runs/shards/ --out runs/shards.faiss --max-memory 512M --json
       cl-zoo search runs/emb.npy --index-file runs/emb.faiss -q photo.jpg
-      cl-zoo dedup runs/emb.npy --index-file runs/emb.faiss
+      cl-zoo dedup runs/shards/ --index-file runs/shards.faiss
     """
     from cl_zoo.index import build_index, format_bytes, parse_memory
 

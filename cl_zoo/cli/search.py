@@ -1,4 +1,11 @@
-"""``cl-zoo search`` and ``cl-zoo dedup`` over a file written by ``cl-zoo embed``."""
+"""``cl-zoo search`` and ``cl-zoo dedup`` over what ``cl-zoo embed`` wrote: a file or a shard folder.
+
+Without a saved index both read the whole matrix (exact search needs every vector in memory).
+With ``--index-file`` they read only what the index cannot answer: ``search`` the row paths and
+the metadata naming the model (never the features), ``dedup`` the features one block at a time
+(:func:`cl_zoo.index.source.open_rows`), so a shard folder larger than memory can be searched and
+deduplicated through its index.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,7 @@ from cl_zoo.errors import ClZooError, DataError
 
 
 @click.command("search")
-@click.argument("embeddings", type=click.Path(dir_okay=False))
+@click.argument("embeddings", type=click.Path())
 @click.option("-q", "--query", "queries", multiple=True, required=True, help="Query image, folder or list of paths (repeatable).")
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Neighbours per query.")
 @click.option("--index", "kind", default="flat", show_default=True, type=click.Choice(["flat", "ivf", "hnsw"]))
@@ -37,12 +44,27 @@ def search_command(
     workers: int,
     as_json: bool,
 ) -> int:
-    """Nearest neighbours (cosine similarity) of query images among saved EMBEDDINGS."""
+    """Nearest neighbours (cosine similarity) of query images among saved EMBEDDINGS.
+
+    EMBEDDINGS is a .npy or .parquet written by cl-zoo embed, or the folder a cl-zoo embed
+    --out DIR/ run wrote (checked against its manifest). With --index-file the embeddings' row
+    paths are read, not their features.
+    """
     from cl_zoo import search as S
     from cl_zoo.data.images import discover_images
     from cl_zoo.embedding import extract_features, load_embedding_model, load_embeddings, resolve_model_reference
 
-    features, paths, meta = load_embeddings(embeddings)
+    features = None
+    if load_index:  # the index answers; only row paths and the model are needed from the embeddings
+        from cl_zoo.index import load_saved_index
+        from cl_zoo.index.source import open_rows
+
+        saved = open_rows(embeddings)
+        paths, meta, dims = saved.paths, saved.metadata, saved.dims
+        index, _ = load_saved_index(load_index, embeddings, count=saved.rows, dims=dims, source=saved.source)
+    else:
+        features, paths, meta = load_embeddings(embeddings)
+        dims = int(features.shape[1])
     spec = model or resolve_model_reference(meta, embeddings)
     if not spec:
         raise ClZooError(f"{embeddings} does not record its model; pass --model")
@@ -55,16 +77,12 @@ def search_command(
         click.echo(f"warning: skipped query {shown(path)}: {reason}", err=True)
     if not result.paths:
         raise DataError("none of the query images could be read")
-    if result.features.shape[1] != features.shape[1]:
+    if result.features.shape[1] != dims:
         raise DataError(
             f"model {spec} gives {result.features.shape[1]}-d features but {embeddings} holds "
-            f"{features.shape[1]}-d ones; pass the --model that made them"
+            f"{dims}-d ones; pass the --model that made them"
         )
-    if load_index:
-        from cl_zoo.index import load_saved_index
-
-        index, _ = load_saved_index(load_index, embeddings, count=len(paths), dims=features.shape[1])
-    else:
+    if features is not None:
         index = S.build_index(features, kind, nlist=nlist, nprobe=nprobe)
     if save_index:
         S.save_index(index, save_index)
@@ -87,7 +105,7 @@ def search_command(
 
 
 @click.command("dedup")
-@click.argument("embeddings", type=click.Path(dir_okay=False))
+@click.argument("embeddings", type=click.Path())
 @click.option(
     "-t", "--threshold", default=None, type=float,
     help="Cosine similarity that makes two images duplicates (default: the model's calibrated threshold, else 0.99).",
@@ -103,27 +121,40 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
     from the saved index and are kept only if their exact cosine reaches the threshold: no
     reported pair is below it, but pairs the index does not return are missed, so groups may be
     split or incomplete (the recall printed by cl-zoo index says how often neighbours are found).
+    With it the features are read a block at a time (a .parquet is read whole), so the matrix
+    need not fit in memory.
+
+    EMBEDDINGS is a .npy or .parquet written by cl-zoo embed, or the folder a cl-zoo embed
+    --out DIR/ run wrote (checked against its manifest).
     """
     from cl_zoo.embedding import load_embeddings
     from cl_zoo.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores
 
-    features, paths, meta = load_embeddings(embeddings)
+    saved = None
+    if index_file:  # rows come block by block from disk; only the paths are held
+        from cl_zoo.index.source import open_rows
+
+        saved = open_rows(embeddings)
+        paths, meta = saved.paths, saved.metadata
+        rows = saved.source if saved.source is not None else load_embeddings(embeddings)[0]
+    else:
+        features, paths, meta = load_embeddings(embeddings)
     if threshold is None:
         threshold, origin = dedup_threshold_for(meta, embeddings)
         click.echo(f"threshold {threshold} ({origin}; set one with --threshold)", err=True)
-    if index_file:
+    if saved is not None:
         from cl_zoo.index import index_nearest_neighbour_scores, index_similar_pairs, load_saved_index
 
         if not -1.0 <= threshold <= 1.0:
             raise ClZooError(f"threshold is a cosine similarity in [-1, 1], got {threshold}")
-        index, _ = load_saved_index(index_file, embeddings, count=len(paths), dims=features.shape[1])
-        rows, cols, _ = index_similar_pairs(index, features, threshold)
-        groups = groups_from_pairs(len(features), rows, cols)
+        index, _ = load_saved_index(index_file, embeddings, count=saved.rows, dims=saved.dims, source=saved.source)
+        firsts, seconds, _ = index_similar_pairs(index, rows, threshold)
+        groups = groups_from_pairs(saved.rows, firsts, seconds)
         click.echo(f"pairs found through {index_file} (approximate: pairs the index does not return are missed)", err=True)
     else:
         groups = dedup_groups(features, threshold)
     if show_scores:
-        scores = index_nearest_neighbour_scores(index, features) if index_file else nearest_neighbour_scores(features)
+        scores = index_nearest_neighbour_scores(index, rows) if saved is not None else nearest_neighbour_scores(features)
         for line in score_histogram(scores, threshold):
             click.echo(line, err=True)
     if as_json:

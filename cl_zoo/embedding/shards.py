@@ -346,14 +346,15 @@ def open_shards(folder: str | os.PathLike[str]) -> ShardSet:
         header = read_npy_header(emb)  # refuses a truncated file
         if header.rows != rows or header.dims != dims:
             raise DataError(f"{emb} holds {header.rows} x {header.dims} features but {MANIFEST_NAME} records {rows} x {dims}")
-        if file_digest(emb) != record.get("digest"):
-            raise DataError(f"{emb} is not the file {MANIFEST_NAME} recorded (its digest differs); it was replaced or damaged")
+        # The model first: it says what went wrong; the digest then catches a replaced emb file alone.
         meta_rows, meta_fingerprint, meta_shard = shard_meta_fingerprint(meta)
         if meta_fingerprint != fingerprint:
             raise DataError(f"{meta} was made by another model (fingerprint {meta_fingerprint[:12] or 'none'}, "
                             f"the manifest's is {fingerprint[:12]}); the folder mixes runs")
         if meta_rows != rows or meta_shard != n:
             raise DataError(f"{meta} holds {meta_rows} rows of shard {meta_shard}; {MANIFEST_NAME} records {rows} rows of shard {n}")
+        if file_digest(emb) != record.get("digest"):
+            raise DataError(f"{emb} is not the file {MANIFEST_NAME} recorded (its digest differs); it was replaced or damaged")
     strays = [p.name for p in folder.glob("emb_*.npy") if p.name not in listed]
     if strays:
         raise DataError(f"{folder} holds {sorted(strays)[0]}, which {MANIFEST_NAME} does not list; the folder mixes runs")

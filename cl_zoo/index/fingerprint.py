@@ -5,6 +5,13 @@ multi-gigabyte matrix on every search would cost more than the search, so the fi
 what changes whenever the embeddings do: each file's size, its first and last MiB, and the model
 fields of its ``.meta.json`` (a re-embedding with another model keeps the size). It is not a
 defence against deliberate tampering; it catches "index built from other embeddings".
+
+For a shard folder written by ``cl-zoo embed --out DIR/`` the files are the ``emb`` shards its
+``manifest.json`` lists, in order, and the manifest's model fields count once. The manifest's own
+per-shard ``digest`` is this module's :func:`file_digest` (shards are checked against it before an
+index is built or used, see :func:`cl_zoo.embedding.shards.open_shards`), and a shard made by
+another model is refused there by its model fingerprint, so the two checks agree on what "the
+same embeddings" means.
 """
 
 from __future__ import annotations
@@ -16,14 +23,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from cl_zoo.embedding import sidecar
+from cl_zoo.embedding.shards import MANIFEST_NAME
 
 EDGE_BYTES = 1 << 20
 MODEL_FIELDS = ("model", "model_name", "revision")
-MANIFEST = "manifest.json"
+MANIFEST = MANIFEST_NAME
 
 
 def file_digest(path: str | os.PathLike[str], edge: int = EDGE_BYTES) -> str:
-    """sha256 over a file's size and its first and last ``edge`` bytes."""
+    """sha256 over a file's size and its first and last ``edge`` bytes.
+
+    Also what a shard manifest records per shard; changing it would make every manifest's digests
+    disagree with their shards.
+    """
     path = Path(path)
     size = path.stat().st_size
     h = hashlib.sha256(str(size).encode())

@@ -6,6 +6,10 @@ index file, which is untrusted input like any other, is read under the same memo
 structure checks as :func:`cl_zoo.search.load_index`, extended to the OPQ + IVF-PQ indexes built
 for tight budgets. An index without a sidecar (``cl-zoo search --save-index``) goes through
 :func:`cl_zoo.search.load_index` as before.
+
+The fingerprint is recomputed exactly as the build computed it
+(:func:`cl_zoo.index.build.embeddings_fingerprint_of`), so a shard folder is checked against its
+manifest (:func:`cl_zoo.index.source.open_source`) before its fingerprint is taken.
 """
 
 from __future__ import annotations
@@ -15,9 +19,11 @@ import re
 from pathlib import Path
 
 from cl_zoo.errors import DataError
+from cl_zoo.index.build import embeddings_fingerprint_of
 from cl_zoo.index.evaluate import apply_params
 from cl_zoo.index.fingerprint import embeddings_fingerprint, file_digest
 from cl_zoo.index.sidecar import IndexInfo, read_info, sidecar_path
+from cl_zoo.index.source import EmbeddingSource, open_source
 from cl_zoo.search import (
     inverted_lists_problem,
     load_index,
@@ -30,12 +36,18 @@ _PARAM = re.compile(r"^(nprobe|efSearch|quantizer_efSearch)=(\d{1,7})$")
 
 
 def load_saved_index(
-    index_path: str | os.PathLike[str], embeddings: str | os.PathLike[str], *, count: int, dims: int
+    index_path: str | os.PathLike[str],
+    embeddings: str | os.PathLike[str],
+    *,
+    count: int,
+    dims: int,
+    source: EmbeddingSource | None = None,
 ):  # noqa: ANN201 - (faiss.Index, IndexInfo | None)
     """``(index, info)`` for searching ``embeddings`` (``count`` x ``dims``) with ``index_path``.
 
     ``info`` is None for an index without a sidecar. The sidecar's search parameters are set on
-    the index. Every refusal is one :class:`DataError` line.
+    the index. ``source`` is ``embeddings`` already opened (:func:`open_source`), which spares a
+    shard folder a second check against its manifest. Every refusal is one :class:`DataError` line.
     """
     index_path = Path(index_path)
     if not index_path.is_file():
@@ -47,7 +59,12 @@ def load_saved_index(
     if file_digest(index_path) != info.index_digest:
         raise DataError(f"{index_path} is not the index {sidecar_path(index_path).name} describes (the two were separated or one was changed); {rebuild}")
     location = Path(embeddings)
-    fingerprint = embeddings_fingerprint([location]) if location.is_file() else ""
+    if location.is_dir():
+        fingerprint = embeddings_fingerprint_of(source if source is not None else open_source(location))
+    elif location.is_file():
+        fingerprint = embeddings_fingerprint([location])  # what the build records for one .npy
+    else:
+        fingerprint = ""
     if fingerprint != info.fingerprint:
         raise DataError(f"index {index_path} was built from other embeddings than {embeddings} (fingerprint mismatch); {rebuild}")
     if info.n != count or info.dim != dims:

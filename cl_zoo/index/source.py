@@ -6,9 +6,17 @@ as the header says, so a truncated copy is refused before any row is read), then
 through short-lived memory maps: a block is copied out and its map closed, so pages of the file
 already read do not stay counted in this process's resident memory.
 
-A folder of shards holds ``emb_00000.npy``, ``emb_00001.npy``, ... read in numeric order (what a
-sharded ``cl-zoo embed`` writes, beside a ``manifest.json``); the numbers must run from 0 without
-gaps and every shard must have the same number of dims.
+A folder of shards holds ``emb_00000.npy``, ``emb_00001.npy``, ... read in numeric order. A folder
+with a ``manifest.json`` (what a sharded ``cl-zoo embed --out DIR/`` writes) is checked against it
+first (:func:`cl_zoo.embedding.shards.open_shards`): a shard missing, truncated, replaced by one of
+another run or model, or one the manifest does not list is refused in one line before any row is
+read, and the manifest's shard list, not a directory listing, says which files are read. A folder
+without a manifest (shards written by other tools) is read by name: the numbers must run from 0
+without gaps and every shard must have the same number of dims.
+
+:func:`open_rows` is what ``search``/``dedup`` with a saved index read: the row paths and the
+metadata of a ``.npy``, ``.parquet`` or shard folder, with the features left on disk (streamed
+through :class:`EmbeddingSource` where the format allows).
 """
 
 from __future__ import annotations
@@ -17,11 +25,14 @@ import os
 import re
 import warnings
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from cl_zoo.embedding.files import path_listing, read_metadata, read_path_list, sidecar
+from cl_zoo.embedding.shards import MANIFEST_NAME, ShardSet, open_shards
 from cl_zoo.errors import DataError
 from cl_zoo.search import normalize
 
@@ -121,6 +132,7 @@ class EmbeddingSource:
 
     files: tuple[NpyFile, ...]
     location: Path  # what the user named: a file or a shard folder
+    shards: ShardSet | None = field(default=None, compare=False)  # the checked manifest of a cl-zoo embed folder
 
     @property
     def rows(self) -> int:
@@ -173,11 +185,17 @@ def open_source(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     """A ``.npy`` file, a folder of ``emb_NNNNN.npy`` shards, or a list of ``.npy`` files, all checked.
 
     Every header is read and checked against its file before any row is, and the shards must agree
-    on dims; so a build never fails half-way through on a bad file.
+    on dims; so a build never fails half-way through on a bad file. A folder with a
+    ``manifest.json`` is a ``cl-zoo embed`` output and is read only as its manifest describes it
+    (see the module docstring); a damaged or mixed folder is one :class:`DataError` line.
     """
+    shards: ShardSet | None = None
     if isinstance(source, (str, os.PathLike)):
         location = Path(source)
-        if location.is_dir():
+        if location.is_dir() and (location / MANIFEST_NAME).exists():
+            shards = open_shards(location)
+            paths = shards.emb_files
+        elif location.is_dir():
             paths = shard_files(location)
         elif location.is_file():
             if location.suffix.lower() != ".npy":
@@ -194,10 +212,137 @@ def open_source(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
     for file in files[1:]:
         if file.dims != files[0].dims:
             raise DataError(f"shards disagree on dims: {files[0].path.name} has {files[0].dims}, {file.path.name} has {file.dims}")
-    result = EmbeddingSource(files, location)
+    if not files:  # a manifest listing no shards
+        raise DataError(f"{location} holds no embeddings (its {MANIFEST_NAME} lists no shards)")
+    result = EmbeddingSource(files, location, shards)
     if result.rows == 0 or result.dims == 0:
         raise DataError(f"{location} holds no embeddings ({result.rows} rows of {result.dims} dims)")
     return result
 
 
-__all__ = ["DEFAULT_BLOCK_ROWS", "EmbeddingSource", "NpyFile", "open_source", "read_npy_header", "shard_files"]
+@dataclass(frozen=True)
+class SavedRows:
+    """Saved embeddings without their features in memory: what a search through a saved index needs.
+
+    ``search --index-file`` only turns row ids into paths, and ``dedup --index-file`` reads the
+    features a block at a time through ``source``; neither needs the matrix in memory, which for a
+    shard folder may not fit.
+    """
+
+    location: Path
+    paths: list[str]
+    metadata: dict[str, object]
+    rows: int
+    dims: int
+    source: EmbeddingSource | None  # the features on disk; None for a .parquet (one table, read whole)
+
+
+def open_rows(embeddings: str | os.PathLike[str]) -> SavedRows:
+    """Row paths and metadata of a ``.npy``, a ``.parquet`` or a ``cl-zoo embed`` shard folder, checked.
+
+    The same checks as :func:`cl_zoo.embedding.load_embeddings` that do not need the values: a
+    folder against its manifest, a ``.npy`` header against its file and its path listing, the
+    recorded count and dims against the data. Values (finiteness) are checked as blocks are read.
+    """
+    location = Path(embeddings)
+    if location.is_dir():
+        source = open_source(location)
+        if source.shards is None:
+            raise DataError(f"{location} has no {MANIFEST_NAME} naming its rows; search and dedup read the folder a cl-zoo embed --out DIR/ run writes")
+        paths, meta = source.shards.paths(), source.shards.metadata
+        if len(paths) != source.rows:
+            raise DataError(f"{location}: its meta tables list {len(paths)} paths for {source.rows} embeddings")
+        return SavedRows(location, paths, meta, source.rows, source.dims, source)
+    if not location.is_file():
+        raise DataError(f"embeddings file does not exist: {location}")
+    suffix = location.suffix.lower()
+    if suffix == ".parquet":
+        return parquet_rows(location)
+    if suffix != ".npy":
+        raise DataError(f"{location}: embeddings must be a .npy or .parquet file, or a folder written by cl-zoo embed --out DIR/")
+    listing = path_listing(location)
+    if not listing.is_file():
+        raise DataError(f"{location} has no {listing.name} beside it naming its rows")
+    info = sidecar(location, ".meta.json")
+    meta = read_metadata(info) if info.is_file() else {}
+    source = open_source(location)
+    paths = read_path_list(listing)
+    if len(paths) != source.rows:
+        raise DataError(f"{location} has shape ({source.rows}, {source.dims}) but {listing.name} lists {len(paths)} paths")
+    check_recorded_shape(meta, source.rows, source.dims, info.name, location)
+    return SavedRows(location, paths, meta, source.rows, source.dims, source)
+
+
+def check_recorded_shape(meta: dict[str, object], rows: int, dims: int, where: str, location: Path) -> None:
+    """Refuse metadata recording another count or dims than the data: the files do not belong together."""
+    for key, actual in (("count", rows), ("dims", dims)):
+        if key in meta and meta[key] != actual and rows:
+            raise DataError(f"{where} records {key} {meta[key]} but {location} has {actual}; the files do not belong together")
+
+
+def parquet_rows(path: Path) -> SavedRows:
+    """The ``path`` column and ``cl_zoo.*`` metadata of a ``cl-zoo embed`` parquet file, not its embeddings.
+
+    Dims come from the column type (a fixed-size list, as ``cl-zoo embed`` writes) or the recorded
+    ``dims``; a file recording neither is read whole by :func:`cl_zoo.embedding.load_embeddings`.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table_file = pq.ParquetFile(path)
+        schema = table_file.schema_arrow
+        if not {"path", "embedding"} <= set(schema.names):
+            raise DataError(f"{path} has no 'path' and 'embedding' columns; was it written by cl-zoo embed?")
+        column = table_file.read(columns=["path"]).column("path")
+        kind = schema.field("embedding").type
+        raw: dict[bytes, bytes] = dict(schema.metadata or {})
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any parse failure (ArrowInvalid, OSError, MemoryError...) is a bad file
+        raise DataError(f"{path} is not a readable parquet file ({' '.join(str(exc).split())[:160]})") from None
+    meta: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key.startswith(b"cl_zoo."):
+            try:
+                meta[key.decode()[len("cl_zoo."):]] = value.decode()
+            except UnicodeDecodeError:
+                raise DataError(f"{path}: metadata {key!r} is not UTF-8 text") from None
+    for key in ("dims", "count"):
+        if key in meta:
+            text = str(meta[key]).strip()
+            if not text.isdigit() or not text.isascii():
+                raise DataError(f"{path}: metadata {key} must be a non-negative integer, got {text[:40]!r}")
+            meta[key] = int(text)
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise DataError(f"{path}: the 'path' column holds {column.type}, not strings")
+    if column.null_count:
+        raise DataError(f"{path}: the 'path' column has {column.null_count} empty (null) rows")
+    if pa.types.is_fixed_size_list(kind):
+        dims = int(kind.list_size)
+    elif "dims" in meta:
+        dims = int(meta["dims"])
+    else:
+        from cl_zoo.embedding import load_embeddings
+
+        features, paths, whole = load_embeddings(path)
+        return SavedRows(path, paths, whole, len(paths), int(features.shape[1]), None)
+    try:
+        paths = [str(p) for p in column.to_pylist()]
+    except UnicodeDecodeError as exc:
+        raise DataError(f"{path}: the 'path' column holds text that is not UTF-8 ({exc.reason})") from None
+    check_recorded_shape(meta, len(paths), dims, path.name, path)
+    return SavedRows(path, paths, meta, len(paths), dims, None)
+
+
+__all__ = [
+    "DEFAULT_BLOCK_ROWS",
+    "EmbeddingSource",
+    "NpyFile",
+    "SavedRows",
+    "open_rows",
+    "open_source",
+    "parquet_rows",
+    "read_npy_header",
+    "shard_files",
+]
