@@ -57,7 +57,7 @@ def search_command(
     features = None
     if load_index:  # the index answers; only row paths and the model are needed from the embeddings
         from cl_zoo.index import load_saved_index
-        from cl_zoo.index.source import open_rows
+        from cl_zoo.index import open_rows
 
         saved = open_rows(embeddings)
         paths, meta, dims = saved.paths, saved.metadata, saved.dims
@@ -132,7 +132,7 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
 
     saved = None
     if index_file:  # rows come block by block from disk; only the paths are held
-        from cl_zoo.index.source import open_rows
+        from cl_zoo.index import open_rows
 
         saved = open_rows(embeddings)
         paths, meta = saved.paths, saved.metadata

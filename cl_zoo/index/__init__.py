@@ -27,11 +27,12 @@ from cl_zoo.index.load import load_saved_index
 from cl_zoo.index.memory import format_bytes, parse_memory, peak_rss_bytes
 from cl_zoo.index.plan import IndexPlan, choose_index
 from cl_zoo.index.sidecar import IndexInfo, read_info, sidecar_path
-from cl_zoo.index.source import EmbeddingSource, open_source, read_npy_header
+from cl_zoo.index.source import EmbeddingSource, SavedRows, open_rows, open_source, read_npy_header
 
 __all__ = [
     "PQ_MARGIN",
     "RECALL_K",
+    "SavedRows",
     "TARGET_RECALL",
     "BuildResult",
     "EmbeddingSource",
@@ -48,6 +49,7 @@ __all__ = [
     "index_nearest_neighbour_scores",
     "index_similar_pairs",
     "load_saved_index",
+    "open_rows",
     "open_source",
     "parse_memory",
     "peak_rss_bytes",
