@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 from test_embed import DATA, GOOD, free_port, model_dir, run_cli, tiny_model  # noqa: F401 (model_dir: a fixture)
+from test_embed_inputs import served  # noqa: F401 (a fixture: http://127.0.0.1:<port> serving tmp_path)
 
 import cl_zoo
 from cl_zoo.embedding import load_embeddings
@@ -249,3 +250,28 @@ def test_webdataset_shards_one_output_shard_per_tar(photos: Path, model_dir: Pat
         assert message in err and len(err.splitlines()) == 1, err
     assert embed(photos, model_dir, tmp_path / "y.npy", "--image-key", "png") == 2
     assert "--image-key applies to WebDataset" in capsys.readouterr().err
+
+
+def test_webdataset_and_lists_over_http(photos: Path, model_dir: Path, tmp_path: Path, served: str) -> None:  # noqa: F811
+    """The CLI end to end on fsspec URLs: tar shards by brace pattern, and a Parquet path list, over loopback HTTP."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    images = sorted(p for p in photos.iterdir() if p.name != "img05b.jpg")
+    write_tar(tmp_path / "web-000.tar", images[:5])
+    write_tar(tmp_path / "web-001.tar", images[5:])
+    exact = ["--precision", "fp32", "--backend", "torch"]
+    local = tmp_path / "local"
+    assert embed(str(tmp_path / "web-{000..001}.tar"), model_dir, f"{local}/", *exact) == 0
+    remote = tmp_path / "remote"
+    assert embed(f"{served}/web-{{000..001}}.tar", model_dir, f"{remote}/", *exact) == 0
+    a, pa_, _ = load_embeddings(local)
+    b, pb, meta = load_embeddings(remote)
+    assert np.array_equal(a, b) and pb[0] == f"{served}/web-000.tar#000000" and len(pb) == 11
+    # a Parquet list of image URLs, relative to the list's own URL
+    pq.write_table(pa.table({"path": [f"photos/{p.name}" for p in images]}), tmp_path / "list.parquet")
+    listed = tmp_path / "listed.npy"
+    assert embed(f"{served}/list.parquet", model_dir, listed, *exact) == 0
+    c, pc, _ = load_embeddings(listed)
+    assert pc == [f"{served}/photos/{p.name}" for p in images]
+    np.testing.assert_allclose(c, load_embeddings(local)[0], rtol=1e-5, atol=1e-6)

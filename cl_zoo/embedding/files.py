@@ -14,6 +14,7 @@ from cl_zoo.embedding.checks import (
     NonFiniteFeatureError,
     display_path,
 )
+from cl_zoo.data.images import is_url
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.fileio import atomic_path
 
@@ -103,7 +104,7 @@ def save_embeddings(
     Non-finite features are refused (:class:`NonFiniteFeatureError`) before anything is written.
     """
     out = Path(out)
-    paths = [os.path.abspath(p) for p in paths]
+    paths = [p if is_url(p) else os.path.abspath(p) for p in paths]  # URLs (and tar#key of URLs) stay as given
     if out.suffix.lower() not in OUTPUT_SUFFIXES:
         raise ClZooError(f"output {out} must end in .npy or .parquet")
     if features.ndim != 2 or len(features) != len(paths):

@@ -9,6 +9,8 @@ from typing import Sequence
 
 import torch.nn as nn
 
+from cl_zoo.data.images import is_url
+
 
 def load_embedding_model(model: str | os.PathLike[str] | nn.Module | None) -> nn.Module:
     """``load_model`` with the zoo's bundled default for ``None``."""
@@ -83,6 +85,6 @@ def model_metadata(model: nn.Module, spec: str | None) -> dict[str, str]:
 def input_metadata(given: Sequence[str | os.PathLike[str]]) -> dict[str, str]:
     """The inputs of a run as typed and as absolute paths (JSON lists), beside absolute row paths."""
     typed = [os.fspath(g) for g in given]
-    return {"inputs": json.dumps(typed), "input_roots": json.dumps([os.path.abspath(g) for g in typed])}
+    return {"inputs": json.dumps(typed), "input_roots": json.dumps([g if is_url(g) else os.path.abspath(g) for g in typed])}
 
 
