@@ -213,6 +213,24 @@ def _checked_metadata(meta: dict[str, object], where: str) -> dict[str, object]:
     return meta
 
 
+def parquet_metadata(raw: dict[bytes, bytes], path: str | os.PathLike[str]) -> dict[str, object]:
+    """The ``cl_zoo.*`` fields of a Parquet embeddings file's schema metadata, text checked, numbers parsed."""
+    meta: dict[str, object] = {}
+    for k, v in raw.items():
+        if k.startswith(b"cl_zoo."):
+            try:
+                meta[k.decode()[len("cl_zoo."):]] = v.decode()
+            except UnicodeDecodeError:
+                raise DataError(f"{path}: metadata {k!r} is not UTF-8 text") from None
+    for key in ("dims", "count"):  # numbers, as in .meta.json
+        if key in meta:
+            text = str(meta[key]).strip()
+            if not text.isdigit() or not text.isascii():
+                raise DataError(f"{path}: metadata {key} must be a non-negative integer, got {text[:40]!r}")
+            meta[key] = int(text)
+    return meta
+
+
 def _parquet_embeddings(path: Path) -> tuple[np.ndarray, list[str], dict[str, object]]:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -230,19 +248,7 @@ def _parquet_embeddings(path: Path) -> tuple[np.ndarray, list[str], dict[str, ob
         raise
     except Exception as exc:  # noqa: BLE001 - any parse failure (ArrowInvalid, OSError, MemoryError...) is a bad file
         raise DataError(f"{path} is not a readable parquet file ({' '.join(str(exc).split())[:160]})") from None
-    meta: dict[str, object] = {}
-    for k, v in raw_meta.items():
-        if k.startswith(b"cl_zoo."):
-            try:
-                meta[k.decode()[len("cl_zoo."):]] = v.decode()
-            except UnicodeDecodeError:
-                raise DataError(f"{path}: metadata {k!r} is not UTF-8 text") from None
-    for key in ("dims", "count"):  # numbers, as in .meta.json
-        if key in meta:
-            text = str(meta[key]).strip()
-            if not text.isdigit() or not text.isascii():
-                raise DataError(f"{path}: metadata {key} must be a non-negative integer, got {text[:40]!r}")
-            meta[key] = int(text)
+    meta = parquet_metadata(raw_meta, path)
     if not (pa.types.is_string(paths_col.type) or pa.types.is_large_string(paths_col.type)):
         raise DataError(f"{path}: the 'path' column holds {paths_col.type}, not strings")
     if paths_col.null_count:

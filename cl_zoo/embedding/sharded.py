@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.nn as nn
 
-from cl_zoo.embedding.extract import prepare_engine, run_batches
+from cl_zoo.embedding.extract import Engine, prepare_engine, run_batches
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info, load_chunk, open_progress, save_chunk
 from cl_zoo.embedding.shards import (
     MANIFEST_NAME,
@@ -141,13 +141,15 @@ class ShardLayout:
         return out
 
 
-def finished_shard(folder: Path, s: int, rows_range: range, fingerprint: str, digest: str) -> bool:
-    """Whether shard ``s`` of this run is on disk whole; a shard of another run is an error."""
-    meta = folder / meta_name(s)
-    if not meta.is_file():
-        return False
+def finished_shard(folder: Path, s: int, fingerprint: str, digest: str) -> bool:
+    """Whether shard ``s`` of this run is on disk whole; a shard of another run is an error, not a skip."""
     import pyarrow.parquet as pq
 
+    from cl_zoo.index.source import read_npy_header
+
+    meta, emb = folder / meta_name(s), folder / emb_name(s)
+    if not meta.is_file() or not emb.is_file():
+        return False
     rows, meta_fingerprint, shard = shard_meta_fingerprint(meta)
     try:
         recorded = (pq.ParquetFile(meta).schema_arrow.metadata or {}).get(b"cl_zoo.run_sha256", b"").decode()
@@ -158,13 +160,42 @@ def finished_shard(folder: Path, s: int, rows_range: range, fingerprint: str, di
             f"cannot resume: {meta} belongs to another run ({'another model' if meta_fingerprint != fingerprint else 'other inputs or options'}); "
             "use another --out, or --force to discard its shards"
         )
-    from cl_zoo.index.source import read_npy_header
+    return read_npy_header(emb).rows == rows
 
-    emb = folder / emb_name(s)
-    if not emb.is_file():
-        return False
-    header = read_npy_header(emb)
-    return header.rows == rows and rows <= len(rows_range)
+
+def open_output_folder(folder: Path, *, resume: bool, force: bool, metadata: dict[str, Any], fingerprint: str, digest: str) -> None:
+    """Rank 0 makes ``folder`` ready: refuses to overwrite shards without ``resume``/``force``, deletes
+    ours (and only ours) with ``force``, and marks the folder unfinished until the run completes."""
+    rank, world = dist_info()
+    if rank == 0:
+        folder.mkdir(parents=False, exist_ok=True)
+        existing = our_files(folder)
+        if existing and not resume and not force:
+            raise DataError(
+                f"{folder} already holds embedding shards ({existing[0].name}, ...); pass --resume to continue that run "
+                "or --force to replace them"
+            )
+        if force:
+            for path in existing:
+                path.unlink()
+        # Until the run completes the folder says so: readers refuse it instead of using some shards.
+        write_manifest(folder, unfinished_manifest(metadata, fingerprint, digest))
+    barrier(world)
+
+
+def complete_manifest(metadata: dict[str, Any], engine: Engine, run: dict[str, Any], digest: str, records: Sequence[ShardRecord],
+                      **fields: Any) -> dict[str, Any]:
+    """The manifest of a finished run: what made it, and every shard in order."""
+    return {
+        "format": SHARD_FORMAT, "version": SHARD_FORMAT_VERSION, "complete": True,
+        **metadata,
+        "precision": engine.precision, "backend": engine.backend,
+        **({"quantization": engine.quantization} if engine.quantization is not None else {}),
+        "model_sha256": engine.fingerprint, "paths_sha256": run["paths_sha256"], "run_sha256": digest,
+        "preprocess": run["preprocess"], "dims": run["dims"], "dtype": run["dtype"], **fields,
+        "images": sum(r.images for r in records), "rows": sum(r.rows for r in records),
+        "failures": sum(r.failures for r in records), "shards": [r.as_json() for r in records],
+    }
 
 
 def shard_record(folder: Path, s: int, layout: ShardLayout) -> ShardRecord:
@@ -229,23 +260,10 @@ def embed_to_shards(
     digest = run_digest(run)
     parts = folder / PARTS_FOLDER
 
-    if rank == 0:
-        folder.mkdir(parents=False, exist_ok=True)
-        existing = our_files(folder)
-        if existing and not resume and not force:
-            raise DataError(
-                f"{folder} already holds embedding shards ({existing[0].name}, ...); pass --resume to continue that run "
-                "or --force to replace them"
-            )
-        if force:
-            for path in existing:
-                path.unlink()
-        # Until the run completes the folder says so: readers refuse it instead of using some shards.
-        write_manifest(folder, unfinished_manifest(metadata, engine.fingerprint, digest))
-    barrier(world)
+    open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
     open_progress(parts, run, resume, force, rank, world)
 
-    finished = {s for s in range(layout.shards) if resume and finished_shard(folder, s, layout.shard_range(s), engine.fingerprint, digest)}
+    finished = {s for s in range(layout.shards) if resume and finished_shard(folder, s, engine.fingerprint, digest)}
     mine = [s for s in range(layout.shards) if s % world == rank and s not in finished]
     resumed = sum(len(layout.shard_range(s)) for s in finished)
     done: dict[int, set[int]] = {s: set() for s in mine}
@@ -291,16 +309,7 @@ def embed_to_shards(
     )
     barrier(world)
     records = [shard_record(folder, s, layout) for s in range(layout.shards)] if rank == 0 else []
-    manifest: dict[str, Any] = {
-        "format": SHARD_FORMAT, "version": SHARD_FORMAT_VERSION, "complete": True,
-        **metadata,
-        "precision": engine.precision, "backend": engine.backend,
-        **({"quantization": engine.quantization} if engine.quantization is not None else {}),
-        "model_sha256": engine.fingerprint, "paths_sha256": run["paths_sha256"], "run_sha256": digest,
-        "preprocess": run["preprocess"], "dims": dims, "dtype": run["dtype"], "images": len(paths),
-        "shard_images": layout.shard_images, "rows": sum(r.rows for r in records),
-        "failures": sum(r.failures for r in records), "shards": [r.as_json() for r in records],
-    }
+    manifest = complete_manifest(metadata, engine, run, digest, records, shard_images=layout.shard_images)
     if rank == 0:
         if layout.shards == 0:
             raise DataError("no images to embed")
@@ -315,4 +324,5 @@ def embed_to_shards(
     )
 
 
-__all__ = ["MANIFEST_NAME", "PARTS_FOLDER", "ShardLayout", "ShardRun", "embed_to_shards", "probe_dims"]
+__all__ = ["MANIFEST_NAME", "PARTS_FOLDER", "ShardLayout", "ShardRun", "complete_manifest", "embed_to_shards", "finished_shard",
+           "open_output_folder", "probe_dims", "run_digest"]

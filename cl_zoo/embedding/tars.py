@@ -26,16 +26,10 @@ from cl_zoo.embedding.checks import check_finite
 from cl_zoo.embedding.extract import BatchForward, Engine, FeatureResult, prepare_engine
 from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY, TarBatches, parse_image_key
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info
-from cl_zoo.embedding.sharded import ShardRun, probe_dims, run_digest
+from cl_zoo.embedding.sharded import ShardRun, complete_manifest, finished_shard, open_output_folder, probe_dims, run_digest
 from cl_zoo.embedding.shards import (
-    SHARD_FORMAT,
-    SHARD_FORMAT_VERSION,
     ShardRecord,
     emb_name,
-    meta_name,
-    our_files,
-    shard_meta_fingerprint,
-    unfinished_manifest,
     write_manifest,
     write_shard,
 )
@@ -195,32 +189,9 @@ def embed_tars_to_shards(
     run = engine.progress_manifest(model, tars, batch_size, 0)
     run.update(image_key=image_key, dtype="float16" if half else "float32", dims=dims, input="webdataset")
     digest = run_digest(run)
-    if rank == 0:
-        folder.mkdir(parents=False, exist_ok=True)
-        existing = our_files(folder)
-        if existing and not resume and not force:
-            raise DataError(f"{folder} already holds embedding shards ({existing[0].name}, ...); pass --resume to continue that run "
-                            "or --force to replace them")
-        if force:
-            for path in existing:
-                path.unlink()
-        # Until the run completes the folder says so: readers refuse it instead of using some shards.
-        write_manifest(folder, unfinished_manifest(metadata, engine.fingerprint, digest))
-    barrier(world)
+    open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
 
-    def finished(t: int) -> bool:
-        meta = folder / meta_name(t)
-        if not resume or not meta.is_file() or not (folder / emb_name(t)).is_file():
-            return False
-        import pyarrow.parquet as pq
-
-        _, fingerprint, shard = shard_meta_fingerprint(meta)
-        recorded = (pq.ParquetFile(meta).schema_arrow.metadata or {}).get(b"cl_zoo.run_sha256", b"").decode()
-        if fingerprint != engine.fingerprint or recorded != digest or shard != t:
-            raise DataError(f"cannot resume: {meta} belongs to another run; use another --out, or --force to discard its shards")
-        return True
-
-    skipped = {t for t in range(len(tars)) if finished(t)}
+    skipped = {t for t in range(len(tars)) if resume and finished_shard(folder, t, engine.fingerprint, digest)}
     mine = [(t, tars[t]) for t in range(len(tars)) if t % world == rank and t not in skipped]
     counts: dict[int, int] = {}
 
@@ -244,15 +215,7 @@ def embed_tars_to_shards(
             records.append(ShardRecord(t, rows, rows + failures, failures, 0, file_digest(folder / emb_name(t)), tar))
         if not any(r.rows for r in records):
             raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read; reasons in {folder}/failures_*.csv")
-    manifest: dict[str, Any] = {
-        "format": SHARD_FORMAT, "version": SHARD_FORMAT_VERSION, "complete": True, **metadata,
-        "precision": engine.precision, "backend": engine.backend,
-        **({"quantization": engine.quantization} if engine.quantization is not None else {}),
-        "model_sha256": engine.fingerprint, "paths_sha256": run["paths_sha256"], "run_sha256": digest,
-        "preprocess": run["preprocess"], "dims": dims, "dtype": run["dtype"], "input": "webdataset", "image_key": image_key,
-        "images": sum(r.images for r in records), "rows": sum(r.rows for r in records),
-        "failures": sum(r.failures for r in records), "shards": [r.as_json() for r in records],
-    }
+    manifest = complete_manifest(metadata, engine, run, digest, records, input="webdataset", image_key=image_key)
     if rank == 0:
         write_manifest(folder, manifest)
     barrier(world)

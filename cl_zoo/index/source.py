@@ -301,19 +301,9 @@ def parquet_rows(path: Path) -> SavedRows:
         raise
     except Exception as exc:  # noqa: BLE001 - any parse failure (ArrowInvalid, OSError, MemoryError...) is a bad file
         raise DataError(f"{path} is not a readable parquet file ({' '.join(str(exc).split())[:160]})") from None
-    meta: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key.startswith(b"cl_zoo."):
-            try:
-                meta[key.decode()[len("cl_zoo."):]] = value.decode()
-            except UnicodeDecodeError:
-                raise DataError(f"{path}: metadata {key!r} is not UTF-8 text") from None
-    for key in ("dims", "count"):
-        if key in meta:
-            text = str(meta[key]).strip()
-            if not text.isdigit() or not text.isascii():
-                raise DataError(f"{path}: metadata {key} must be a non-negative integer, got {text[:40]!r}")
-            meta[key] = int(text)
+    from cl_zoo.embedding.files import parquet_metadata
+
+    meta: dict[str, Any] = parquet_metadata(raw, path)
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         raise DataError(f"{path}: the 'path' column holds {column.type}, not strings")
     if column.null_count:
