@@ -112,47 +112,64 @@ def main() -> None:
     parser.add_argument("--max-memory", default="4G", help="cl-zoo index budget for the larger folder")
     parser.add_argument("--model", default=None, help="default: the bundled model")
     parser.add_argument("--shard-size", type=int, default=None, help="images per shard (default: the CLI's)")
+    parser.add_argument("--steps", default="speed,memory,index", help="which of speed,memory,index to run (index needs memory)")
     args = parser.parse_args()
 
     images = [os.path.abspath(p) for p in discover_images([args.images])]
     model = ["-m", args.model] if args.model else []
     shard = ["--shard-size", str(args.shard_size)] if args.shard_size else []
     print(f"{len(images)} images in {args.images}; python {sys.version.split()[0]}, {os.cpu_count()} CPUs", flush=True)
+    steps = set(args.steps.split(","))
     with tempfile.TemporaryDirectory(prefix="embed-shards-") as tmp_name:
         tmp = Path(tmp_name)
-        sample = write_list(images[: args.speed_images], tmp / "speed.txt")
-        rates: dict[str, list[float]] = {"single file (.npy)": [], "shards (DIR/)": []}
-        for r in range(args.rounds):
-            for label, out in (("single file (.npy)", tmp / f"single{r}.npy"), ("shards (DIR/)", f"{tmp}/shards{r}/")):
-                err, _, _, _ = run_measured([*CLI, "embed", str(sample), "-o", str(out), "-q", *model, *shard])
-                rates[label].append(rate_of(err))
-        print(f"\n1. images/s on the same {min(args.speed_images, len(images))} images ({args.rounds} alternating rounds, best):")
-        for label, values in rates.items():
-            print(f"   {label:20s} {max(values):8.1f}   (rounds: {', '.join(f'{v:.1f}' for v in values)})")
-        single, sharded = max(rates["single file (.npy)"]), max(rates["shards (DIR/)"])
-        print(f"   ratio shards / single file: {sharded / single:.3f}")
+        if "speed" in steps:
+            speed(args, images, tmp, model, shard)
+        if "memory" in steps:
+            out = memory(args, images, tmp, model, shard)
+            if "index" in steps:
+                index(args, tmp, out)
 
-        print("\n2. peak RSS of a sharded run at two sizes:")
-        big = repeated_folder(images, tmp / "repeated", args.repeat)
-        results = []
-        for label, source in ((f"{len(images)} images", args.images), (f"{len(images) * args.repeat} images", big)):
-            out = tmp / f"emb-{len(results)}"
-            err, main_peak, tree_peak, seconds = run_measured([*CLI, "embed", str(source), "-o", f"{out}/", "-q", *model, *shard])
-            results.append((main_peak, tree_peak))
-            manifest = json.loads((out / "manifest.json").read_text())
-            print(f"   {label:16s} main process {format_bytes(main_peak):>10s}, process tree {format_bytes(tree_peak):>10s}, "
-                  f"{len(manifest['shards'])} shard(s), {seconds:.0f} s, {rate_of(err):.0f} images/s")
-        print(f"   ratio larger / smaller: main process {results[1][0] / results[0][0]:.3f}, "
-              f"process tree {results[1][1] / results[0][1]:.3f}")
 
-        print(f"\n3. cl-zoo index on the larger folder, --max-memory {args.max_memory}:")
-        index = tmp / "INDEX.faiss"
-        err, main_peak, _, seconds = run_measured([*CLI, "index", str(out), "--max-memory", args.max_memory, "--out", str(index), "--json"])
-        report = json.loads((tmp / "INDEX.faiss.json").read_text()) if (tmp / "INDEX.faiss.json").is_file() else {}
-        print("   " + "\n   ".join(line for line in err.strip().splitlines()[-8:]))
-        if report:
-            print(f"   recorded: {json.dumps({k: report[k] for k in report if k in ('factory', 'recall_at_10', 'latency_ms', 'search_params')})}")
-        print(f"   wall {seconds:.0f} s, peak RSS {format_bytes(main_peak)}")
+def speed(args: argparse.Namespace, images: list[str], tmp: Path, model: list[str], shard: list[str]) -> None:
+    sample = write_list(images[: args.speed_images], tmp / "speed.txt")
+    rates: dict[str, list[float]] = {"single file (.npy)": [], "shards (DIR/)": []}
+    for r in range(args.rounds):
+        for label, out in (("single file (.npy)", tmp / f"single{r}.npy"), ("shards (DIR/)", f"{tmp}/shards{r}/")):
+            err, _, _, _ = run_measured([*CLI, "embed", str(sample), "-o", str(out), "-q", *model, *shard])
+            rates[label].append(rate_of(err))
+    print(f"\n1. images/s on the same {min(args.speed_images, len(images))} images ({args.rounds} alternating rounds, best):")
+    for label, values in rates.items():
+        print(f"   {label:20s} {max(values):8.1f}   (rounds: {', '.join(f'{v:.1f}' for v in values)})")
+    single, sharded = max(rates["single file (.npy)"]), max(rates["shards (DIR/)"])
+    print(f"   ratio shards / single file: {sharded / single:.3f}", flush=True)
+
+
+
+def memory(args: argparse.Namespace, images: list[str], tmp: Path, model: list[str], shard: list[str]) -> Path:
+    print("\n2. peak RSS of a sharded run at two sizes:")
+    big = repeated_folder(images, tmp / "repeated", args.repeat)
+    results = []
+    for label, source in ((f"{len(images)} images", args.images), (f"{len(images) * args.repeat} images", big)):
+        out = tmp / f"emb-{len(results)}"
+        err, main_peak, tree_peak, seconds = run_measured([*CLI, "embed", str(source), "-o", f"{out}/", "-q", *model, *shard])
+        results.append((main_peak, tree_peak))
+        manifest = json.loads((out / "manifest.json").read_text())
+        print(f"   {label:16s} main process {format_bytes(main_peak):>10s}, process tree {format_bytes(tree_peak):>10s}, "
+              f"{len(manifest['shards'])} shard(s), {seconds:.0f} s, {rate_of(err):.0f} images/s")
+    print(f"   ratio larger / smaller: main process {results[1][0] / results[0][0]:.3f}, "
+          f"process tree {results[1][1] / results[0][1]:.3f}")
+    return out
+
+
+def index(args: argparse.Namespace, tmp: Path, out: Path) -> None:
+    print(f"\n3. cl-zoo index on the larger folder, --max-memory {args.max_memory}:")
+    saved = tmp / "INDEX.faiss"
+    err, main_peak, _, seconds = run_measured([*CLI, "index", str(out), "--max-memory", args.max_memory, "--out", str(saved), "--json"])
+    report = json.loads((tmp / "INDEX.faiss.json").read_text()) if (tmp / "INDEX.faiss.json").is_file() else {}
+    print("   " + "\n   ".join(line for line in err.strip().splitlines()[-8:]))
+    if report:
+        print(f"   recorded: {json.dumps({k: report[k] for k in report if k in ('factory', 'recall_at_10', 'latency_ms', 'search_params')})}")
+    print(f"   wall {seconds:.0f} s, peak RSS {format_bytes(main_peak)}")
 
 
 if __name__ == "__main__":
