@@ -43,9 +43,9 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.option("--backend", default="auto", show_default=True, type=click.Choice(["auto", "torch", "openvino"]),
               help="auto: OpenVINO on CPU when installed (cl-zoo[openvino]) and worth converting, else torch.")
 @click.option("--half", is_flag=True, help="Store float16 instead of float32.")
-@click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.parts/.")
-@click.option("--force", is_flag=True, help="Discard the saved progress in OUT.parts/ and start over.")
-@click.option("--save-every", default=None, type=click.IntRange(min=1), help="Batches per progress shard in OUT.parts/ (default: about 1024 images).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted run from OUT.parts/ (a folder output: skip its finished shards).")
+@click.option("--force", is_flag=True, help="Discard the saved progress in OUT.parts/ (a folder output: its shards) and start over.")
+@click.option("--save-every", default=None, type=click.IntRange(min=1), help="Batches per progress part (default: about 1024 images).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar.")
 def embed_command(
     paths: tuple[str, ...],
@@ -69,8 +69,8 @@ def embed_command(
 ) -> int:
     """Embed images (jpg, png, webp, bmp, tiff, gif) found in PATHS.
 
-    Each PATH is an image, a folder (searched recursively), a list of paths (.txt, or a .csv/.tsv/
-    .parquet's path column), or WebDataset tar shards (data-{000..009}.tar), each local or an fsspec
+    Each PATH is an image, a folder (searched recursively), a list of paths (.txt, or the path
+    column of a .csv/.tsv/.parquet), or WebDataset tar shards (data-{000..009}.tar), each local or an fsspec
     URL (file://, http://, ...). Rows come in sorted path order (tar order for shards). Unreadable
     files are skipped and listed in OUT.failures.csv (failures_NNNNN.csv in a folder output).
     """
