@@ -136,6 +136,17 @@ def test_readme_table_is_generated_from_the_folders() -> None:
         assert f"`{name}`" in table
 
 
+def test_add_tier_seed_rebuilds_a_folder_from_itself(tmp_path: Path) -> None:
+    """With no new bundle, scripts/add_tier_seed.py reproduces the published folder file for file."""
+    import add_tier_seed
+
+    name = WITH_OTHER_SEEDS[0] if WITH_OTHER_SEEDS else TIER[0]
+    method = json.loads((folder_of(name) / "config.json").read_text())["cpu_tier"]["method"]
+    assert add_tier_seed.main([method, "--out", str(tmp_path)]) == 0
+    for file in sorted(p.name for p in folder_of(name).iterdir()):
+        assert (tmp_path / name / file).read_bytes() == (folder_of(name) / file).read_bytes(), file
+
+
 def test_table_aggregates_seeds_on_fake_folders(tmp_path: Path) -> None:
     """Mean ± sample sd (n - 1) over every seed, rows ordered by mean kNN k=200, one seed shown as is."""
     import statistics
