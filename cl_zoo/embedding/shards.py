@@ -149,7 +149,7 @@ def write_shard(
         write_failure_rows(fail_file, sorted(failures))
     else:
         fail_file.unlink(missing_ok=True)
-    _write_meta(folder / meta_name(index), chunks, ref_of, fingerprint, index, first_id, run_digest)
+    _write_meta(folder / meta_name(index), chunks, ref_of, fingerprint, index, first_id, run_digest, len(failures))
     images = rows + len(failures)
     return ShardRecord(index, rows, images, len(failures), first_id, file_digest(emb), source)
 
@@ -162,13 +162,13 @@ def write_failure_rows(path: Path, failures: Sequence[tuple[str, str]]) -> None:
 
 
 def _write_meta(path: Path, chunks: Callable[[], Iterable[Chunk]], ref_of: Callable[[int], str], fingerprint: str, index: int, first_id: int,
-                run_digest: str) -> None:
+                run_digest: str, failures: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = pa.schema([("path", pa.string()), ("id", pa.int64())],
                        metadata={"cl_zoo.model_sha256": fingerprint, "cl_zoo.shard": str(index), "cl_zoo.first_id": str(first_id),
-                                 "cl_zoo.run_sha256": run_digest})
+                                 "cl_zoo.run_sha256": run_digest, "cl_zoo.failures": str(failures)})
     with atomic_path(path, suffix=".parquet", mkdir=False) as tmp:
         with pq.ParquetWriter(tmp, schema) as writer:
             for chunk in chunks():

@@ -30,6 +30,7 @@ from cl_zoo.embedding.sharded import ShardRun, complete_manifest, finished_shard
 from cl_zoo.embedding.shards import (
     ShardRecord,
     emb_name,
+    meta_name,
     write_manifest,
     write_shard,
 )
@@ -193,25 +194,26 @@ def embed_tars_to_shards(
 
     skipped = {t for t in range(len(tars)) if resume and finished_shard(folder, t, engine.fingerprint, digest)}
     mine = [(t, tars[t]) for t in range(len(tars)) if t % world == rank and t not in skipped]
-    counts: dict[int, int] = {}
-
     def on_tar(t: int, chunk: Chunk, refs: dict[int, str]) -> None:
         write_shard(folder, t, lambda: [chunk], refs.__getitem__, dims=dims, half=half, fingerprint=engine.fingerprint or "",
                     first_id=0, run_digest=digest, source=tars[t])
-        counts[t] = len(chunk.indices) + len(chunk.fail_indices)
 
     computed = run_tar_batches(model, engine, mine, on_tar, batch_size=batch_size, image_key=image_key, fuse=fuse,
                                max_batches=max_batches, progress=progress and rank == 0)
     barrier(world)
     records: list[ShardRecord] = []
     if rank == 0:
+        import pyarrow.parquet as pq
+
         from cl_zoo.index.fingerprint import file_digest
         from cl_zoo.index.source import read_npy_header
 
         for t, tar in enumerate(tars):
             rows = read_npy_header(folder / emb_name(t)).rows
-            failures_file = folder / f"failures_{t:05d}.csv"
-            failures = max(0, sum(1 for _ in failures_file.open(encoding="utf-8", errors="replace")) - 1) if failures_file.is_file() else 0
+            # write_shard recorded the tar's failures in its meta footer (a failure CSV's lines are not rows:
+            # a quoted key may hold a line break)
+            footer = pq.ParquetFile(folder / meta_name(t)).schema_arrow.metadata or {}
+            failures = int(footer.get(b"cl_zoo.failures", b"0").decode() or 0)
             records.append(ShardRecord(t, rows, rows + failures, failures, 0, file_digest(folder / emb_name(t)), tar))
         if not any(r.rows for r in records):
             raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read; reasons in {folder}/failures_*.csv")
