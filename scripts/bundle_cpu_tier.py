@@ -1,7 +1,7 @@
 """Publish one evaluated CPU-tier run as ``model_cards/<method>_resnet18.imagenette64_cpu/``.
 
     python scripts/bundle_cpu_tier.py METHOD [--bundle DIR] [--random-init DIR] [--out model_cards]
-                                             [--other-seed DIR ...]
+                                             [--other-seed DIR ...] [--control DIR ...]
 
 Input is what ``scripts/train_cpu_tier.sh METHOD`` leaves in ``$OUT/<name>/``: ``model/`` (the
 float16 copy, already scored on itself), ``reports/`` (kNN and fast linear probe on Imagenette val,
@@ -10,7 +10,10 @@ folder with ``knn.json`` (and optionally ``linear.json``) from ``cl-zoo knn/line
 on the same architecture and test images: the baseline each row of the zoo table is read against.
 ``--other-seed`` names the bundle of the same recipe trained with another ``--seed``: its float16
 scores go into the card and the table beside this seed's (its weights are not published), so a gap
-between two methods can be read against the gap between two seeds of one.
+between two methods can be read against the gap between two seeds of one. ``--control`` names the
+bundle of a control run (any seed): a committed recipe in ``CONTROLS`` that changes one thing of this
+method's recipe (``recipes/<control>_imagenette64_cpu_tier.yaml``), so a comparison between two methods
+can be read without a confound. Its scores, training log and the change it made go into this card.
 
 Why a script and not hand edits: the eight tier checkpoints are compared in one table, so every
 card must say the same things measured the same way (wall time, views/s, machine, float32 vs float16
@@ -36,6 +39,7 @@ import json
 import shutil
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +55,33 @@ REPO = Path(__file__).resolve().parents[1]
 TAG = "imagenette64_cpu"
 METHODS = ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr")
 TOLERANCE = 0.001  # 0.1 point: the float16 copy must score like the float32 weights
+
+
+@dataclass(frozen=True)
+class Control:
+    """A recipe that differs from a published tier recipe in one respect, to settle one comparison."""
+
+    method: str  # the published method whose recipe it changes; its card holds the control's seeds
+    compared_with: str  # the method whose gap to ``method`` the control explains
+    label: str
+    question: str
+
+    def recipe_path(self, name: str) -> str:
+        return f"recipes/{name}_{TAG}_tier.yaml"
+
+
+# Issue 23's two confounds. SimCLR's tier recipe uses its paper's temperature 0.5 and DCL's uses 0.1,
+# so DCL vs SimCLR mixes the decoupling with the temperature; CACR sees 5 views of every image per
+# epoch where DCL sees 2, so CACR vs DCL mixes the weighting with the augmented views learned from.
+CONTROLS: dict[str, Control] = {
+    "simclr_tau0.1": Control(
+        "simclr", "dcl", "SimCLR, τ=0.1",
+        "SimCLR at DCL's temperature 0.1: DCL vs this differs only in the decoupling"),
+    "dcl_150views": Control(
+        "dcl", "cacr", "DCL, 75 epochs (150 views/image)",
+        "DCL given CACR's 150 augmented views per image (2 views x 75 epochs = 5 views x 30): "
+        "CACR vs this differs in the weighting, not in the views seen"),
+}
 
 
 def fail(message: str) -> None:
@@ -120,6 +151,91 @@ def other_seed(bundle: Path, method: str, recipe: dict[str, Any], test_files: st
     return {"seed": int(seed), "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])}}, reports
 
 
+def recipe_changes(published: dict[str, Any], other: dict[str, Any], prefix: str = "") -> dict[str, list[Any]]:
+    """``{"method_args.temperature": [0.5, 0.1]}``: every leaf where ``other`` differs, seed aside."""
+    changes: dict[str, list[Any]] = {}
+    for key in sorted(set(published) | set(other)):
+        a, b = published.get(key), other.get(key)
+        if prefix == "" and key == "seed":
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            changes.update(recipe_changes(a, b, f"{prefix}{key}."))
+        elif a != b:
+            changes[f"{prefix}{key}"] = [a, b]
+    return changes
+
+
+def control_run(bundle: Path, method: str, recipe: dict[str, Any], test_files: str) -> tuple[dict[str, Any], dict[str, dict]]:
+    """A control's evaluated bundle: which committed control recipe it is, what it changed, its scores."""
+    from cl_zoo.train.recipe import Recipe
+
+    config = read_json(bundle / "model" / "config.json")
+    trained = dict(config.get("recipe") or {})
+    name = None
+    for candidate, control in CONTROLS.items():
+        if control.method != method:
+            continue
+        committed = Recipe.load(REPO / control.recipe_path(candidate)).to_dict()
+        if {**trained, "seed": committed.get("seed")} == committed:
+            name = candidate
+    if name is None:
+        known = ", ".join(n for n, c in CONTROLS.items() if c.method == method) or "none"
+        fail(f"{bundle}: its recipe is none of {method}'s control recipes ({known}) with another seed")
+    changes = recipe_changes(recipe, trained)
+    if not changes:
+        fail(f"{bundle}: the control {name} trained the published recipe itself")
+    reports = {t: check_report(bundle / "reports" / f"{t}_fp16.json", [dict(config.get("files") or {})]) for t in ("knn", "linear")}
+    if reports["knn"]["data"]["test"]["file_list_hash"] != test_files:
+        fail(f"{bundle}: scored on other test images")
+    machine_file = bundle / "logs" / "machine.txt"
+    if not machine_file.is_file():
+        fail(f"{machine_file} not found")
+    summary = training_summary(bundle / "run" / "metrics.csv")
+    if summary["epochs"] != trained.get("epochs"):
+        fail(f"{bundle}: trained {summary['epochs']} of its recipe's {trained.get('epochs')} epochs (rerun train_cpu_tier.sh to finish it)")
+    return {
+        "name": name,
+        "recipe": CONTROLS[name].recipe_path(name),
+        "seed": int(trained.get("seed", 0)),
+        "changes": changes,
+        "machine": machine_file.read_text(encoding="utf-8").strip(),
+        "training_precision": config.get("training_precision"),
+        **{k: summary[k] for k in ("epochs", "train_time_s", "epoch_time_median_s", "views_per_s")},
+        "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])},
+    }, reports
+
+
+def control_files(entry: dict[str, Any]) -> dict[str, str]:
+    """The files a control seed leaves in the card folder: its two reports and its training log."""
+    stem = f"{entry['name']}_seed{entry['seed']}"
+    return {"knn": f"eval_knn_{stem}.json", "linear": f"eval_linear_{stem}.json", "log": f"training_log_{stem}.csv"}
+
+
+def controls_section(controls: list[dict[str, Any]]) -> str:
+    """The card's account of its control runs: what each changed and what each seed scored."""
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:.2f}%"
+
+    lines = []
+    for name in dict.fromkeys(c["name"] for c in controls):
+        seeds = [c for c in controls if c["name"] == name]
+        control = CONTROLS[name]
+        change = "; ".join(f"`{k}` {a} → {b}" for k, (a, b) in seeds[0]["changes"].items())
+        lines += [
+            f"**{control.label}** (`{seeds[0]['recipe']}`): {control.question}. Its recipe differs from this card's in "
+            f"{change}; everything else, data and evaluation included, is the same. Weights not published; each seed's "
+            "reports and training log are in this folder (`eval_*_" + name + "_seed*.json`, `training_log_" + name + "_seed*.csv`).",
+            "",
+            "| training seed | kNN k=20 top-1 | kNN k=200 top-1 | linear (fast) top-1 | train time | views/s |",
+            "|---|---|---|---|---|---|",
+            *(f"| {c['seed']} | {pct(c['fp16_top1'].get('knn_k20_top1'))} | {pct(c['fp16_top1'].get('knn_k200_top1'))} | "
+              f"{pct(c['fp16_top1'].get('linear_fast_top1'))} | {c['train_time_s'] / 60:.1f} min ({c['epochs']} epochs) | "
+              f"{c['views_per_s']:.0f} |" for c in sorted(seeds, key=lambda c: c["seed"])),
+            "",
+        ]
+    return "\n".join(lines).strip()
+
+
 def evaluation_details(
     name: str, fp16: dict[str, dict], fp32: dict[str, dict], rand: dict[str, dict], tier: dict,
     others: dict[int, dict[str, dict]] | None = None,
@@ -180,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine", help="machine line for the card (default: the bundle's logs/machine.txt)")
     parser.add_argument("--other-seed", type=Path, action="append", default=[], metavar="DIR",
                         help="bundle of the same recipe trained with another --seed (scores shown, weights not published)")
+    parser.add_argument("--control", type=Path, action="append", default=[], metavar="DIR",
+                        help="bundle of one of the method's control recipes (CONTROLS), any seed (scores shown, weights not published)")
     parser.add_argument("--keep-shards", action="store_true",
                         help="keep sharded weight files as they are instead of writing one model.safetensors")
     args = parser.parse_args(argv)
@@ -239,6 +357,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     if others:
         tier["other_seeds"] = sorted((summary for summary, _ in others), key=lambda o: o["seed"])
+    controls = [control_run(b, args.method, dict(config.get("recipe") or {}), fp16["knn"]["data"]["test"]["file_list_hash"])
+                for b in args.control]
+    seen = [(c["name"], c["seed"]) for c, _ in controls]
+    if len(set(seen)) != len(seen):
+        fail(f"a control seed is given twice: {sorted(seen)}")
+    if controls:
+        tier["controls"] = sorted((c for c, _ in controls), key=lambda c: (list(CONTROLS).index(c["name"]), c["seed"]))
     gap = tier["fp16_top1"]["knn_k200_top1"] - tier["random_init_top1"]["knn_k200_top1"]
     if gap < 0.15:
         fail(f"kNN k=200 is only {100 * gap:.1f} points above random init (the tier requires 15): a method that "
@@ -275,12 +400,19 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy2(args.random_init / f"{task}.json", tmp / f"eval_{task}_random_init.json")
         for b, (summary, _) in zip(args.other_seed, others):
             shutil.copy2(b / "reports" / f"{task}_fp16.json", tmp / f"eval_{task}_seed{summary['seed']}.json")
+        for b, (entry, _) in zip(args.control, controls):
+            shutil.copy2(b / "reports" / f"{task}_fp16.json", tmp / control_files(entry)[task])
+    for b, (entry, _) in zip(args.control, controls):
+        shutil.copy2(b / "run" / "metrics.csv", tmp / control_files(entry)["log"])
     atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
     card = src / "README.md"
     sections = extra_sections(card.read_text(encoding="utf-8")) if card.is_file() else {}
     sections = {k: v.replace(local_dir, "") if local_dir != "/" else v for k, v in sections.items()}
     sections["Evaluation details"] = evaluation_details(name, fp16, fp32, rand, tier, {o["seed"]: r for o, r in others})
     sections.pop("Near-duplicate threshold", None)
+    sections.pop("Controls", None)
+    if controls:
+        sections["Controls"] = controls_section(tier["controls"])
     if "dedup" in config:
         sections["Near-duplicate threshold"] = dedup_card_section(config["dedup"], name)
     atomic_write_text(tmp / "README.md", render_card(config, sections, folder=dest))

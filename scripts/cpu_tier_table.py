@@ -1,13 +1,17 @@
 """The README's CPU-tier table, generated from the published folders so it cannot drift from them.
 
     python scripts/cpu_tier_table.py            # print the table
-    python scripts/cpu_tier_table.py --write    # replace it in README.md (between the cpu-tier markers)
+    python scripts/cpu_tier_table.py --write    # replace the tables in README.md (between their markers)
     python scripts/cpu_tier_table.py --check    # exit 1 when README.md differs (tests/test_cpu_tier.py)
 
 Every figure comes from ``model_cards/<method>_resnet18.imagenette64_cpu/config.json`` (``cpu_tier``,
 written by scripts/bundle_cpu_tier.py from the evaluation reports in the same folder). A row with
 several seeds (the published one plus ``cpu_tier.other_seeds``) shows mean ± sample standard deviation
 (n - 1) of the float16 scores, and each seed's kNN k=200; rows are ordered by mean kNN k=200.
+
+The controls table (``cpu_tier.controls``, scripts/bundle_cpu_tier.py's ``CONTROLS``) puts each control
+run beside the method it is read against: the change it made, its seeds, the same statistics, and the
+gap of the compared method's mean to the control's mean.
 """
 
 from __future__ import annotations
@@ -18,10 +22,14 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "scripts"))
+from bundle_cpu_tier import CONTROLS  # noqa: E402
+
 METHODS = ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr")
 LABELS = {"simclr": "SimCLR", "mocov2": "MoCo v2", "dcl": "DCL", "dclw": "DCLW", "simo": "SiMo (EqCo)",
           "jcl": "JCL", "cmc": "CMC (L/ab)", "cacr": "CACR"}
 BEGIN, END = "<!-- cpu-tier-table -->", "<!-- /cpu-tier-table -->"
+CONTROLS_BEGIN, CONTROLS_END = "<!-- cpu-tier-controls -->", "<!-- /cpu-tier-controls -->"
 
 
 def tier_rows(cards: Path) -> list[dict]:
@@ -93,12 +101,57 @@ def render(cards: Path = REPO / "model_cards") -> str:
     return "\n".join(lines)
 
 
-def replace_block(readme: str, table: str) -> str:
-    head, sep, rest = readme.partition(BEGIN)
-    _, sep2, tail = rest.partition(END)
+def control_rows(cards: Path) -> dict[str, list[dict]]:
+    """Control name -> its seeds (``cpu_tier.controls`` entries), in the order of ``CONTROLS``."""
+    found: dict[str, list[dict]] = {}
+    for row in tier_rows(cards):
+        for entry in row.get("controls") or []:
+            found.setdefault(entry["name"], []).append(entry)
+    order = list(CONTROLS)
+    return {name: sorted(found[name], key=lambda e: e["seed"])
+            for name in sorted(found, key=lambda n: order.index(n) if n in order else len(order))}
+
+
+def render_controls(cards: Path = REPO / "model_cards") -> str:
+    rows = {r["method"]: r for r in tier_rows(cards)}
+    lines = [
+        "| control | change from the published recipe | read against | seeds | kNN k=20 | kNN k=200 | linear (fast) | "
+        "kNN k=200 per seed | compared method's kNN k=200 | gap (compared - control) | train time |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, seeds in control_rows(cards).items():
+        control = CONTROLS.get(name)
+        label = control.label if control else name
+        change = "; ".join(f"`{k}` {a} → {b}" for k, (a, b) in seeds[0]["changes"].items())
+        versus = rows.get(control.compared_with) if control else None
+        own = [[float(e["fp16_top1"][m]) for e in seeds if e["fp16_top1"].get(m) is not None] for m in METRICS]
+        per_seed = ", ".join(f"{pct(e['fp16_top1'].get('knn_k200_top1'))} (seed {e['seed']})" for e in seeds)
+        if versus is not None:
+            theirs = seed_values(versus, "knn_k200_top1")
+            compared = f"{LABELS[versus['method']]}: {spread(theirs)} ({len(theirs)} seeds)"
+            gap = f"{100 * (mean_sd(theirs)[0] - mean_sd(own[1])[0]):+.2f} pt" if own[1] else "-"
+        else:
+            compared, gap = "-", "-"
+        minutes = sum(e["train_time_s"] for e in seeds) / len(seeds) / 60
+        lines.append(
+            f"| {label} | {change} | {LABELS[control.compared_with] if control else '-'} | {len(seeds)} | "
+            + " | ".join(spread(v) for v in own)
+            + f" | {per_seed} | {compared} | {gap} | {minutes:.0f} min ({seeds[0]['epochs']} epochs) |"
+        )
+    missing = [CONTROLS[n].label for n in CONTROLS if n not in control_rows(cards)]
+    if len(lines) == 2:
+        lines = []
+    if missing:
+        lines += [*([""] if lines else []), f"Not run yet: {'; '.join(missing)}."]
+    return "\n".join(lines)
+
+
+def replace_block(readme: str, table: str, begin: str = BEGIN, end: str = END) -> str:
+    head, sep, rest = readme.partition(begin)
+    _, sep2, tail = rest.partition(end)
     if not sep or not sep2:
-        raise SystemExit(f"error: README.md has no {BEGIN} ... {END} block")
-    return f"{head}{BEGIN}\n{table}\n{END}{tail}"
+        raise SystemExit(f"error: README.md has no {begin} ... {end} block")
+    return f"{head}{begin}\n{table}\n{end}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,18 +159,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="update README.md in place")
     parser.add_argument("--check", action="store_true", help="exit 1 when README.md's table is stale")
     args = parser.parse_args(argv)
-    table = render()
+    table, controls = render(), render_controls()
     readme_path = REPO / "README.md"
     readme = readme_path.read_text(encoding="utf-8")
-    updated = replace_block(readme, table)
+    updated = replace_block(replace_block(readme, table), controls, CONTROLS_BEGIN, CONTROLS_END)
     if args.check:
         if updated != readme:
-            print("error: README.md's CPU-tier table is stale: run python scripts/cpu_tier_table.py --write", file=sys.stderr)
+            print("error: README.md's CPU-tier tables are stale: run python scripts/cpu_tier_table.py --write", file=sys.stderr)
             return 1
         return 0
     if args.write:
         readme_path.write_text(updated, encoding="utf-8")
-    print(table)
+    print(f"{table}\n\n{controls}")
     return 0
 
 

@@ -3,7 +3,8 @@
     python scripts/relayout_model_cards.py [NAME ...] [--keep-shards]
 
 Each ``model_cards/NAME`` is turned back into the bundle ``scripts/train_cpu_tier.sh`` leaves
-(``model/``, ``reports/``, ``run/metrics.csv``, ``logs/machine.txt``, the other seeds' reports) and
+(``model/``, ``reports/``, ``run/metrics.csv``, ``logs/machine.txt``, the other seeds' reports, the control
+runs' reports and logs) and
 published again by ``scripts/bundle_cpu_tier.py``, so a re-laid-out folder is exactly what the
 bundle script makes today: config.json in the current format, the card rendered by today's code,
 and (unless ``--keep-shards``) the weights in one ``model.safetensors`` holding the same tensors.
@@ -60,6 +61,27 @@ def bundle_from_folder(folder: Path, work: Path) -> list[str]:
         other_config = {"files": files, "recipe": {**config["recipe"], "seed": seed}}
         (other / "model" / "config.json").write_text(json.dumps(other_config), encoding="utf-8")
         args += ["--other-seed", str(other)]
+    for entry in config["cpu_tier"].get("controls") or []:  # control runs: reports, training log, recipe
+        files = bundle_cpu_tier.control_files(entry)
+        control = work / f"control_{entry['name']}_seed{entry['seed']}"
+        for sub in ("reports", "model", "run", "logs"):
+            (control / sub).mkdir(parents=True)
+        for task in ("knn", "linear"):
+            shutil.copy2(folder / files[task], control / "reports" / f"{task}_fp16.json")
+        shutil.copy2(folder / files["log"], control / "run" / "metrics.csv")
+        (control / "logs" / "machine.txt").write_text(entry["machine"] + "\n", encoding="utf-8")
+        recipe = json.loads(json.dumps(config["recipe"]))
+        for key, (_, value) in entry["changes"].items():
+            *parents, leaf = key.split(".")
+            node = recipe
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = value
+        recipe["seed"] = entry["seed"]
+        files_sha = json.loads((folder / files["knn"]).read_text(encoding="utf-8"))["model"]["checkpoint_files_sha256"]
+        control_config = {"files": files_sha, "recipe": recipe, "training_precision": entry["training_precision"]}
+        (control / "model" / "config.json").write_text(json.dumps(control_config), encoding="utf-8")
+        args += ["--control", str(control)]
     return args
 
 

@@ -176,6 +176,83 @@ def test_table_aggregates_seeds_on_fake_folders(tmp_path: Path) -> None:
     assert "Not published yet" in table and "CACR" in table.split("Not published yet")[1]
 
 
+def test_each_control_recipe_changes_one_thing_of_a_published_recipe() -> None:
+    """Issue 23's controls: SimCLR at DCL's temperature, DCL given CACR's views per image; nothing else moves."""
+    from cl_zoo.train.recipe import Recipe
+
+    def recipe(name: str) -> dict:
+        return Recipe.load(REPO / "recipes" / f"{name}_imagenette64_cpu_tier.yaml").to_dict()
+
+    expected = {"simclr_tau0.1": {"method_args.temperature": [0.5, 0.1]}, "dcl_150views": {"epochs": [30, 75]}}
+    assert set(bundle_cpu_tier.CONTROLS) == set(expected)
+    for name, control in bundle_cpu_tier.CONTROLS.items():
+        assert bundle_cpu_tier.recipe_changes(recipe(control.method), recipe(name)) == expected[name], name
+    assert recipe("simclr_tau0.1")["method_args"]["temperature"] == recipe("dcl")["method_args"]["temperature"]
+    cacr = recipe("cacr")
+    views_per_image = (1 + cacr["method_args"]["num_positives"]) * cacr["epochs"]
+    assert 2 * recipe("dcl_150views")["epochs"] == views_per_image == 150
+
+
+def _control_bundle(folder: Path, work: Path, control: str, seed: int) -> Path:
+    """A control run's bundle as train_cpu_tier.sh leaves it, made from a published seed's reports (the
+    scores are not a control's: the test checks the plumbing, not the numbers)."""
+    from cl_zoo.train.recipe import Recipe
+
+    bundle = work / f"{control}_seed{seed}"
+    for sub in ("reports", "model", "run", "logs"):
+        (bundle / sub).mkdir(parents=True)
+    for task in ("knn", "linear"):
+        shutil.copy2(folder / f"eval_{task}_seed1.json", bundle / "reports" / f"{task}_fp16.json")
+    recipe = {**Recipe.load(REPO / "recipes" / f"{control}_imagenette64_cpu_tier.yaml").to_dict(), "seed": seed}
+    files = json.loads((folder / "eval_knn_seed1.json").read_text())["model"]["checkpoint_files_sha256"]
+    (bundle / "model" / "config.json").write_text(json.dumps({"files": files, "recipe": recipe, "training_precision": "bf16"}))
+    header, *rows = (folder / "training_log.csv").read_text().splitlines()
+    epochs = [row.split(",", 1)[1] for row in rows]
+    log = [header] + [f"{e + 1},{epochs[e % len(epochs)]}" for e in range(recipe["epochs"])]
+    (bundle / "run" / "metrics.csv").write_text("\n".join(log) + "\n")
+    (bundle / "logs" / "machine.txt").write_text("a test machine\n")
+    return bundle
+
+
+@pytest.mark.skipif(not (CARDS / "dcl_resnet18.imagenette64_cpu" / "eval_knn_seed1.json").is_file(), reason="needs DCL's seed 1")
+def test_control_runs_go_into_the_card_the_table_and_back(tmp_path: Path) -> None:
+    """add_tier_seed.py --control: the card gains the control's reports, log, change and section; the
+    folder rebuilds itself byte for byte; the controls table reads it; a wrong bundle is refused."""
+    import add_tier_seed
+
+    folder = CARDS / "dcl_resnet18.imagenette64_cpu"
+    bundles = [_control_bundle(folder, tmp_path / "bundles", "dcl_150views", seed) for seed in (0, 1)]
+    out = tmp_path / "cards"
+    assert add_tier_seed.main(["dcl", "--control", str(bundles[1]), "--control", str(bundles[0]), "--out", str(out)]) == 0
+    config = json.loads((out / folder.name / "config.json").read_text())
+    controls = config["cpu_tier"]["controls"]
+    assert [(c["name"], c["seed"], c["epochs"]) for c in controls] == [("dcl_150views", 0, 75), ("dcl_150views", 1, 75)]
+    assert controls[0]["changes"] == {"epochs": [30, 75]} and controls[0]["recipe"] == "recipes/dcl_150views_imagenette64_cpu_tier.yaml"
+    for name in ("eval_knn_dcl_150views_seed0.json", "eval_linear_dcl_150views_seed1.json", "training_log_dcl_150views_seed1.csv"):
+        assert (out / folder.name / name).is_file(), name
+    card = (out / folder.name / "README.md").read_text()
+    assert "## Controls" in card and "`epochs` 30 → 75" in card
+    assert (out / folder.name / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    # The folder is its own source: rebuilt with nothing new, it comes back byte for byte.
+    again = tmp_path / "again"
+    assert add_tier_seed.main(["dcl", "--cards", str(out), "--out", str(again)]) == 0
+    for file in sorted(p.name for p in (out / folder.name).iterdir()):
+        assert (again / folder.name / file).read_bytes() == (out / folder.name / file).read_bytes(), file
+    table = cpu_tier_table.render_controls(out)
+    row = next(line for line in table.splitlines() if line.startswith("| DCL, 75 epochs"))
+    knn = [json.loads((folder / "eval_knn_seed1.json").read_text())["metrics"]["knn_k200_top1"]] * 2
+    assert f"| 2 | " in row and f"{100 * knn[0]:.2f} ± 0.00%" in row and "`epochs` 30 → 75" in row
+    assert "Not run yet: SimCLR, τ=0.1." in table
+    # Refused: the published recipe with another seed, a control stopped early, a control seed twice.
+    plain = _control_bundle(folder, tmp_path / "plain", "dcl", 2)
+    short = _control_bundle(folder, tmp_path / "short", "dcl_150views", 2)
+    (short / "run" / "metrics.csv").write_text("\n".join((short / "run" / "metrics.csv").read_text().splitlines()[:31]) + "\n")
+    for bad in (["--control", str(plain)], ["--control", str(short)], ["--control", str(bundles[0])] * 2):
+        with pytest.raises(SystemExit, match="2"):
+            add_tier_seed.main(["dcl", *bad, "--out", str(tmp_path / "refused")])
+        assert not (tmp_path / "refused" / folder.name).exists()
+
+
 @pytest.mark.parametrize("name", [n for n in TIER if get_pretrained(n).arch == "resnet18"])
 def test_exports_to_torchvision_timm_and_detectron2(name: str, tmp_path: Path) -> None:
     model = cl_zoo.create_model(name, pretrained=True).eval()
