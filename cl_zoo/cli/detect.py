@@ -55,6 +55,8 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
                    "for a VOC --data folder, coco-c4-1x for a COCO one).")
 @click.option("--model", "model_spec", required=True, help="Zoo name, checkpoint folder/file or hf-hub: id.")
 @click.option("--prefix", default=None, help="Key prefix of the encoder inside a raw checkpoint.")
+@click.option("--random-init", is_flag=True,
+              help="torchvision engine: --model's architecture with weights drawn from --seed, the baseline a pretrained backbone is read against.")
 @click.option("--data", "data", multiple=True, help="Training data root (VOC or COCO layout); repeat to concatenate.")
 @click.option("--val-data", default=None, help="Validation root (default: the first --data).")
 @click.option("--train-split", default=None, help="VOC ImageSets name or COCO split (default from --config).")
@@ -88,7 +90,7 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
               help="torchvision engine: auto is bf16 autocast on CUDA and on CPUs with AMX, else fp32.")
 @click.argument("extra", nargs=-1)
-def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str | None, data: tuple[str, ...],
+def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str | None, random_init: bool, data: tuple[str, ...],
                    val_data: str | None, train_split: str | None, val_split: str | None, head: str | None, norm: str,
                    freeze_at: int, max_iter: int | None, steps: str | None, warmup_iters: int | None,
                    batch_size: int, lr: float | None, min_size_train: str | None, min_size_test: int | None,
@@ -103,6 +105,10 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     """
     from cl_zoo.detection.presets import get_preset
 
+    if engine == "detectron2" and random_init:
+        raise ClZooError("--random-init applies to --engine torchvision only (detectron2: leave MODEL.WEIGHTS empty)")
+    if random_init and (prefix is not None or Path(model_spec).is_file()):
+        raise ClZooError("--random-init takes a zoo name or a checkpoint folder, not a raw checkpoint file")
     if engine == "detectron2":
         from cl_zoo.data.workers import default_workers
         from cl_zoo.detection.detectron2_run import Detectron2Options
@@ -155,7 +161,8 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     click.echo(f"train: {train.summary()}")
     if val is not None:
         click.echo(f"val: {val.summary()}")
-    from cl_zoo.convert.export import _load_model
+    from cl_zoo.eval.baseline import load_model_or_baseline
+    from cl_zoo.eval.features import model_identity
 
     path = Path(model_spec)
     if path.is_file() or prefix is not None:
@@ -170,9 +177,10 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
         backbone.load_state_dict({k: v for k, v in weights.state.items()}, strict=False)
         click.echo(f"backbone: ResNet-{weights.depth} from {weights.source} (prefix {weights.prefix!r})")
     else:
-        backbone = _load_model(model_spec)
+        backbone = load_model_or_baseline(model_spec, random_init, seed)
+    identity = model_identity(backbone)
     run = train_detector(backbone, train, val, cfg, output, device=device, resume=resume,
-                         progress=not no_progress, model_name=model_spec)
+                         progress=not no_progress, model_name=model_spec, backbone_identity=identity)
     if run.metrics:
         keys = ["AP", "AP50", "AP75", "APs", "APm", "APl", "voc_AP50", "voc_AP", "voc_AP75"]
         click.echo("  ".join(f"{k} {run.metrics[k]:.2f}" for k in keys if k in run.metrics))

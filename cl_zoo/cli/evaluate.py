@@ -38,34 +38,10 @@ def _parse_floats(text: str, what: str) -> list[float]:
 
 
 def _load(model_spec: str, random_init: bool, seed: int) -> Any:
-    """The model to evaluate; ``--random-init`` builds an architecture with seeded random weights
-    (the baseline every pretrained model should beat)."""
-    import torch
+    """The model to evaluate, or with ``--random-init`` its seeded random-init baseline."""
+    from cl_zoo.eval.baseline import load_model_or_baseline
 
-    import cl_zoo
-
-    if random_init:
-        from pathlib import Path
-
-        from cl_zoo.checkpoint import config_pretrained_cfg, read_config
-        from cl_zoo.registry import build_arch
-
-        torch.manual_seed(seed)
-        if Path(model_spec).is_dir():
-            # A checkpoint folder: the same architecture and preprocessing, untrained (the baseline
-            # its card compares against).
-            config = read_config(model_spec)
-            cfg = config_pretrained_cfg(config)
-            cfg.metrics = {}
-            model = build_arch(config["architecture"], cfg, **config["model_args"])
-            name = config.get("model_name") or config["architecture"]
-        else:
-            model = cl_zoo.create_model(model_spec)
-            name = model_spec
-        model.model_name = f"{name} (random init, seed {seed})"
-        model.checkpoint_source = "random-init"
-        return model.eval()
-    return cl_zoo.load_model(model_spec)
+    return load_model_or_baseline(model_spec, random_init, seed)
 
 
 def _device(device: str | None) -> str | None:

@@ -174,8 +174,14 @@ def train_detector(
     resume: bool = False,
     progress: bool = True,
     model_name: str | None = None,
+    backbone_identity: dict[str, Any] | None = None,
 ) -> DetectionRun:
-    """Fine-tune Faster R-CNN on ``train_data`` and evaluate on ``val_data``; see the module doc."""
+    """Fine-tune Faster R-CNN on ``train_data`` and evaluate on ``val_data``; see the module doc.
+
+    ``backbone_identity`` (``cl_zoo.eval.features.model_identity`` of the backbone before
+    fine-tuning: name, source, weight and checkpoint-file digests) goes into ``report.json``, so a
+    detection figure can be traced to the exact weights it started from.
+    """
     from cl_zoo.precision import autocast, resolve_precision
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -278,6 +284,7 @@ def train_detector(
             "task": "detection",
             "engine": "torchvision",
             "model": model_name,
+            "backbone": backbone_identity,
             "head": cfg.head,
             "config": cfg.to_dict(),
             "device": str(device),
