@@ -182,3 +182,22 @@ def test_c4_head_has_extra_norm_and_trains_a_step(bccd_voc_dir, tmp_path):
     head = run.model.roi_heads.box_head
     assert hasattr(head, "res5") and hasattr(head, "norm") and np.isfinite(run.losses[0])
     assert not hasattr(run.model.backbone, "layer4")  # C4: res5 lives in the RoI head only
+
+
+@pytest.mark.parametrize("head", ["fpn", "c4"])
+def test_box_deltas_stay_float32_under_bf16_autocast(head):
+    """torchvision's BoxCoder casts anchors to the deltas' dtype: bf16 deltas quantised box corners to
+    2-4 px, collapsed small proposals and made the box loss NaN tens of iterations into BCCD runs."""
+    from cl_zoo.detection.models import build_faster_rcnn
+
+    model = build_faster_rcnn(create_model("resnet18"), 3, head=head, min_size=128, max_size=160, rois_per_image=16).eval()
+    seen = {}
+    for name, module in (("rpn", model.rpn.head), ("predictor", model.roi_heads.box_predictor)):
+        module.register_forward_hook(lambda _m, _i, out, name=name: seen.setdefault(name, out))
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        detections = model([torch.rand(3, 128, 160)])
+    objectness, deltas = seen["rpn"]
+    scores, boxes = seen["predictor"]
+    assert all(t.dtype == torch.float32 for t in [*objectness, *deltas, scores, boxes])
+    assert detections[0]["boxes"].dtype == torch.float32
+    assert model.rpn.head.conv[0][0].weight.dtype == torch.float32 and "rpn.head.conv.0.0.weight" in model.state_dict()

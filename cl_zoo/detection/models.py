@@ -91,6 +91,30 @@ class Res5ExtraNormHead(nn.Module):
         return self.norm(self.res5(x)).mean(dim=(2, 3))
 
 
+def _to_float32(output: object) -> object:
+    if isinstance(output, torch.Tensor):
+        return output.float()
+    if isinstance(output, (list, tuple)):
+        return type(output)(_to_float32(o) for o in output)
+    return output
+
+
+def keep_box_deltas_float32(model: FasterRCNN) -> FasterRCNN:
+    """Make the RPN head and the box predictor hand float32 to the box coder under bf16/fp16 autocast.
+
+    torchvision's ``BoxCoder.decode`` casts the anchors (or proposals) to the deltas' dtype, so bf16
+    deltas put box corners on bf16's grid: 2 px steps at 256-512 px, 4 px beyond. Small proposals
+    then collapse to zero width and the next box-regression target is ``log(w / 0)``: on BCCD at a
+    256 px short side the loss became NaN 57-189 iterations into every bf16 run, at any learning
+    rate. Casting the two heads' outputs keeps the convolutions in bf16 (where the time goes) and the
+    box arithmetic in float32. A forward hook, not a wrapper module, so parameter names (and
+    checkpoints to resume) stay torchvision's.
+    """
+    for head in (model.rpn.head, model.roi_heads.box_predictor):
+        head.register_forward_hook(lambda _module, _inputs, output: _to_float32(output))
+    return model
+
+
 def _width(stage: nn.Module) -> int:
     last = list(stage.children())[-1]
     for name in ("conv3", "conv2"):
@@ -173,4 +197,4 @@ def build_faster_rcnn(
         )
         model = FasterRCNN(body, num_classes=num_classes + 1, **common)
     model.head_kind = head  # type: ignore[assignment]
-    return model
+    return keep_box_deltas_float32(model)
