@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import shutil
 import statistics
 import sys
@@ -149,6 +150,120 @@ def other_seed(bundle: Path, method: str, recipe: dict[str, Any], test_files: st
     if reports["knn"]["data"]["test"]["file_list_hash"] != test_files:
         fail(f"{bundle}: scored on other test images")
     return {"seed": int(seed), "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])}}, reports
+
+
+# Issue 23's transfer protocol (scripts/tier_transfer.py): the one BCCD detection fine-tune every tier
+# ResNet-18 and its random init get, sized for a 2-core CPU (about 10 min a run). Faster R-CNN R18-FPN
+# with every layer trainable and BatchNorm on batch statistics (the MoCo protocol's choices); the
+# images are BCCD's 640x480 at a 256 px short side, 128 sampled RoIs per image instead of 512 (the
+# RoI head dominated the step time); lr 0.005 is the protocol's 0.02 x batch/16.
+BCCD_SCHEDULE: dict[str, Any] = {
+    "train_split": "trainval", "val_split": "test", "head": "fpn", "norm": "bn", "freeze_at": 0,
+    "max_iter": 300, "steps": [200, 260], "warmup_iters": 50, "batch_size": 4, "lr": 0.005,
+    "min_sizes_train": [256], "min_size_test": 256, "max_size": 352, "rois_per_image": 128,
+    "proposals_test": 1000, "precision": "auto",
+}
+BCCD_TEST = "72 images, 945 boxes, 3 classes"
+TRANSFER_NAME = re.compile(r"transfer_(?P<kind>bccd_detection|cifar10_linear)(?P<random>_random_init)?(?:_seed(?P<seed>\d+))?\.json")
+DETECTION_METRICS = ("AP", "AP50", "AP75", "voc_AP50")
+
+
+def transfer_file(task: str, random_init: bool, seed: int = 0) -> str:
+    """``transfer_bccd_detection[_random_init]_seedS.json`` or ``transfer_cifar10_linear[_random_init].json``."""
+    base = "transfer_bccd_detection" if task == "detection" else "transfer_cifar10_linear"
+    base += "_random_init" if random_init else ""
+    return f"{base}_seed{seed}.json" if task == "detection" else f"{base}.json"
+
+
+def check_transfer(path: Path, scored_files: list[dict[str, str]], architecture: str) -> tuple[str, bool, int, dict[str, Any]]:
+    """A transfer report of this folder: (task, random init?, seed, report), refused unless it was run
+    on these weights (or a random init of this architecture) with the documented protocol."""
+    match = TRANSFER_NAME.fullmatch(path.name)
+    if not match or (match["kind"] == "bccd_detection") != (match["seed"] is not None):
+        fail(f"{path.name}: not a transfer report name this script knows (transfer_bccd_detection[_random_init]_seedS.json, "
+             "transfer_cifar10_linear[_random_init].json)")
+    task = "detection" if match["kind"] == "bccd_detection" else "cifar10"
+    random_init, seed = bool(match["random"]), int(match["seed"] or 0)
+    if task == "cifar10":
+        report = check_report(path, None if random_init else scored_files, random_init=random_init)
+        if report["data"]["name"] != "cifar10" or report.get("protocol") != "fast":
+            fail(f"{path}: not the fast linear probe on CIFAR-10")
+        if report["model"].get("architecture") != architecture:
+            fail(f"{path}: measured on {report['model'].get('architecture')}, this folder is {architecture}")
+        return task, random_init, 0, report
+    report = json.loads(path.read_text(encoding="utf-8"))
+    backbone = report.get("backbone") or {}
+    if report.get("task") != "detection" or report.get("engine") != "torchvision":
+        fail(f"{path}: not a cl-zoo detect --engine torchvision report")
+    if random_init != (backbone.get("source") == "random-init"):
+        fail(f"{path}: {'not ' if random_init else ''}a random-init backbone")
+    if random_init and backbone.get("architecture") != architecture:
+        fail(f"{path}: a random init of {backbone.get('architecture')}, this folder is {architecture}")
+    if not random_init and backbone.get("checkpoint_files_sha256") not in scored_files:
+        fail(f"{path} was not fine-tuned from the files being published (checkpoint digests differ)")
+    config = report.get("config") or {}
+    expected = {k: v for k, v in BCCD_SCHEDULE.items() if k not in ("train_split", "val_split")}
+    moved = {k: (config.get(k), v) for k, v in expected.items() if config.get(k) != v}
+    if moved or config.get("seed") != seed or config.get("val_limit") is not None:
+        fail(f"{path}: not the documented BCCD schedule (differs in {sorted(moved) or 'seed/val_limit'})")
+    if not str(report.get("val_data") or "").startswith(BCCD_TEST) or report.get("iterations") != BCCD_SCHEDULE["max_iter"]:
+        fail(f"{path}: not evaluated on BCCD's test split ({BCCD_TEST}) after the full schedule")
+    return task, random_init, seed, report
+
+
+def transfer_summary(reports: list[tuple[str, bool, int, dict[str, Any]]]) -> dict[str, Any]:
+    """``cpu_tier.transfer``: per-seed detection metrics and the CIFAR-10 probe, ours and random init's."""
+    summary: dict[str, Any] = {}
+    for task, random_init, seed, report in sorted(reports, key=lambda r: (r[0], r[1], r[2])):
+        key = ("bccd_detection" if task == "detection" else "cifar10_linear") + ("_random_init" if random_init else "")
+        if task == "cifar10":
+            summary[key] = top1(report)
+            continue
+        entry = summary.setdefault(key, {"seeds": [], **{m: [] for m in DETECTION_METRICS}, "train_seconds": [], "precision": []})
+        entry["seeds"].append(seed)
+        for metric in DETECTION_METRICS:
+            entry[metric].append(report["metrics"][metric])
+        entry["train_seconds"].append(report["train_seconds"])
+        entry["precision"].append(report["precision"])
+    return summary
+
+
+def transfer_section(transfer: dict[str, Any], architecture: str) -> str:
+    """The card's transfer results: CIFAR-10 probe and BCCD detection, ours beside random init."""
+    def spread(values: list[float] | None, scale: float = 1.0) -> str:
+        if not values:
+            return "-"
+        mean = statistics.mean(values) * scale
+        if len(values) < 2:
+            return f"{mean:.2f} (1 seed)"
+        return f"{mean:.2f} ± {statistics.stdev(values) * scale:.2f} ({len(values)} seeds)"
+
+    s = BCCD_SCHEDULE
+    rows = []
+    for label, suffix in (("these weights", ""), (f"{architecture}, random init", "_random_init")):
+        probe = (transfer.get(f"cifar10_linear{suffix}") or {}).get("linear_fast_top1")
+        det = transfer.get(f"bccd_detection{suffix}") or {}
+        rows.append(f"| {label} | {'-' if probe is None else f'{100 * probe:.2f}%'} | {spread(det.get('AP'))} | "
+                    f"{spread(det.get('voc_AP50'))} |")
+    detection = (
+        f"BCCD detection (`python scripts/tier_transfer.py detection METHOD --seed S`): `cl-zoo detect --engine torchvision`, "
+        f"Faster R-CNN {architecture}-FPN, every layer trainable, BatchNorm on batch statistics, trained on BCCD trainval "
+        f"(292 images, 3 classes) for {s['max_iter']} iterations of {s['batch_size']} images (lr {s['lr']}, "
+        f"{s['warmup_iters']} warm-up iterations, x0.1 at {' and '.join(map(str, s['steps']))}) at a {s['min_sizes_train'][0]} px "
+        f"short side ({s['rois_per_image']} RoIs per image), evaluated on its test split (72 images) with COCO AP and "
+        "VOC07 AP50; mean ± sample sd over fine-tune seeds. A schedule sized for a 2-core CPU: read it as a check that the "
+        "weights transfer, not as the papers' VOC/COCO protocol."
+        if architecture == "resnet18" else
+        "No BCCD detection: this backbone is CMC's L/ab pair, which is not a ResNet the Faster R-CNN engines can hold."
+    )
+    return (
+        "CIFAR-10 linear probe (`python scripts/tier_transfer.py cifar10 METHOD`): `cl-zoo linear-eval --protocol fast` "
+        "on CIFAR-10's 50,000 train / 10,000 test images (the JPEG copy; slightly below the original PNG data) with this "
+        "model's own preprocessing and float32 PyTorch features.\n\n"
+        f"{detection}\n\n"
+        "| backbone | CIFAR-10 linear (fast) top-1 | BCCD AP | BCCD VOC07 AP50 |\n|---|---|---|---|\n" + "\n".join(rows)
+        + "\n\nThe reports are in this folder (`transfer_*.json`)."
+    )
 
 
 def recipe_changes(published: dict[str, Any], other: dict[str, Any], prefix: str = "") -> dict[str, list[Any]]:
@@ -362,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     seen = [(c["name"], c["seed"]) for c, _ in controls]
     if len(set(seen)) != len(seen):
         fail(f"a control seed is given twice: {sorted(seen)}")
+    transfers = [check_transfer(path, scored_files, config["architecture"]) for path in sorted(src.glob("transfer_*.json"))]
+    if transfers:
+        tier["transfer"] = transfer_summary(transfers)
     if controls:
         tier["controls"] = sorted((c for c, _ in controls), key=lambda c: (list(CONTROLS).index(c["name"]), c["seed"]))
     gap = tier["fp16_top1"]["knn_k200_top1"] - tier["random_init_top1"]["knn_k200_top1"]
@@ -404,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy2(b / "reports" / f"{task}_fp16.json", tmp / control_files(entry)[task])
     for b, (entry, _) in zip(args.control, controls):
         shutil.copy2(b / "run" / "metrics.csv", tmp / control_files(entry)["log"])
+    for path in sorted(src.glob("transfer_*.json")):
+        shutil.copy2(path, tmp / path.name)
     atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
     card = src / "README.md"
     sections = extra_sections(card.read_text(encoding="utf-8")) if card.is_file() else {}
@@ -413,6 +533,9 @@ def main(argv: list[str] | None = None) -> int:
     sections.pop("Controls", None)
     if controls:
         sections["Controls"] = controls_section(tier["controls"])
+    sections.pop("Transfer", None)
+    if transfers:
+        sections["Transfer"] = transfer_section(tier["transfer"], config["architecture"])
     if "dedup" in config:
         sections["Near-duplicate threshold"] = dedup_card_section(config["dedup"], name)
     atomic_write_text(tmp / "README.md", render_card(config, sections, folder=dest))

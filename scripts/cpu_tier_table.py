@@ -9,6 +9,10 @@ written by scripts/bundle_cpu_tier.py from the evaluation reports in the same fo
 several seeds (the published one plus ``cpu_tier.other_seeds``) shows mean ± sample standard deviation
 (n - 1) of the float16 scores, and each seed's kNN k=200; rows are ordered by mean kNN k=200.
 
+The transfer table (``cpu_tier.transfer``, scripts/tier_transfer.py) has each checkpoint's CIFAR-10 fast
+linear probe and BCCD detection AP (mean ± sample sd over fine-tune seeds, the count in brackets), and
+each architecture's random init.
+
 The controls table (``cpu_tier.controls``, scripts/bundle_cpu_tier.py's ``CONTROLS``) puts each control
 run beside the method it is read against: the change it made, its seeds, the same statistics, and the
 gap of the compared method's mean to the control's mean.
@@ -30,6 +34,7 @@ LABELS = {"simclr": "SimCLR", "mocov2": "MoCo v2", "dcl": "DCL", "dclw": "DCLW",
           "jcl": "JCL", "cmc": "CMC (L/ab)", "cacr": "CACR"}
 BEGIN, END = "<!-- cpu-tier-table -->", "<!-- /cpu-tier-table -->"
 CONTROLS_BEGIN, CONTROLS_END = "<!-- cpu-tier-controls -->", "<!-- /cpu-tier-controls -->"
+TRANSFER_BEGIN, TRANSFER_END = "<!-- cpu-tier-transfer -->", "<!-- /cpu-tier-transfer -->"
 
 
 def tier_rows(cards: Path) -> list[dict]:
@@ -146,6 +151,41 @@ def render_controls(cards: Path = REPO / "model_cards") -> str:
     return "\n".join(lines)
 
 
+def points(values: list[float] | None) -> str:
+    """``41.00 ± 1.00 (3)`` over fine-tune seeds (AP points), ``41.00 (1)`` for one, ``-`` for none."""
+    if not values:
+        return "-"
+    mean, sd = mean_sd([float(v) for v in values])
+    return f"{mean:.2f} ({len(values)})" if sd is None else f"{mean:.2f} ± {sd:.2f} ({len(values)})"
+
+
+def render_transfer(cards: Path = REPO / "model_cards") -> str:
+    rows = sorted(tier_rows(cards), key=lambda r: -mean_sd(seed_values(r, "knn_k200_top1"))[0])
+    lines = [
+        "| method | checkpoint | CIFAR-10 linear (fast) | BCCD AP | BCCD AP50 | BCCD VOC07 AP50 |",
+        "|---|---|---|---|---|---|",
+    ]
+    def cells(transfer: dict, suffix: str, arch: str) -> str:
+        probe = (transfer.get(f"cifar10_linear{suffix}") or {}).get("linear_fast_top1")
+        det = transfer.get(f"bccd_detection{suffix}") or {}
+        if arch != "resnet18":
+            return f"{pct(probe)} | not a ResNet | - | -"
+        return f"{pct(probe)} | {points(det.get('AP'))} | {points(det.get('AP50'))} | {points(det.get('voc_AP50'))}"
+
+    baselines: dict[str, dict] = {}
+    for r in rows:
+        transfer = r.get("transfer") or {}
+        lines.append(f"| {LABELS[r['method']]} | `{r['name']}` | {cells(transfer, '', r['arch'])} |")
+        if any(k.endswith("_random_init") for k in transfer):
+            baselines.setdefault(r["arch"], transfer)
+    for arch, transfer in baselines.items():
+        lines.append(f"| random init | `{arch}` | {cells(transfer, '_random_init', arch)} |")
+    if any(r["arch"] != "resnet18" for r in rows):
+        lines += ["", "CMC's backbone is the L/ab pair (`cmc_resnet18_lab`): not a ResNet the Faster R-CNN engines can hold, "
+                      "so it has no detection row."]
+    return "\n".join(lines)
+
+
 def replace_block(readme: str, table: str, begin: str = BEGIN, end: str = END) -> str:
     head, sep, rest = readme.partition(begin)
     _, sep2, tail = rest.partition(end)
@@ -159,10 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="update README.md in place")
     parser.add_argument("--check", action="store_true", help="exit 1 when README.md's table is stale")
     args = parser.parse_args(argv)
-    table, controls = render(), render_controls()
+    table, controls, transfer = render(), render_controls(), render_transfer()
     readme_path = REPO / "README.md"
     readme = readme_path.read_text(encoding="utf-8")
     updated = replace_block(replace_block(readme, table), controls, CONTROLS_BEGIN, CONTROLS_END)
+    updated = replace_block(updated, transfer, TRANSFER_BEGIN, TRANSFER_END)
     if args.check:
         if updated != readme:
             print("error: README.md's CPU-tier tables are stale: run python scripts/cpu_tier_table.py --write", file=sys.stderr)
@@ -170,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.write:
         readme_path.write_text(updated, encoding="utf-8")
-    print(f"{table}\n\n{controls}")
+    print(f"{table}\n\n{controls}\n\n{transfer}")
     return 0
 
 
