@@ -71,9 +71,10 @@ class Control:
         return f"recipes/{name}_{TAG}_tier.yaml"
 
 
-# Issue 23's two confounds. SimCLR's tier recipe uses its paper's temperature 0.5 and DCL's uses 0.1,
+# Issue 23's two confounds, and CMC's view construction. SimCLR's tier recipe uses its paper's temperature 0.5 and DCL's uses 0.1,
 # so DCL vs SimCLR mixes the decoupling with the temperature; CACR sees 5 views of every image per
 # epoch where DCL sees 2, so CACR vs DCL mixes the weighting with the augmented views learned from.
+# CMC's tier recipe draws L and ab from two crops; the authors' code takes both from one.
 CONTROLS: dict[str, Control] = {
     "simclr_tau0.1": Control(
         "simclr", "dcl", "SimCLR, τ=0.1",
@@ -82,6 +83,10 @@ CONTROLS: dict[str, Control] = {
         "dcl", "cacr", "DCL, 75 epochs (150 views/image)",
         "DCL given CACR's 150 augmented views per image (2 views x 75 epochs = 5 views x 30): "
         "CACR vs this differs in the weighting, not in the views seen"),
+    "cmc_sharedcrop": Control(
+        "cmc", "cmc", "CMC, L and ab from one crop",
+        "CMC with the authors' view construction, L and ab of the same crop: the published CMC (one crop each) "
+        "vs this differs only in where its two colour views come from"),
 }
 
 

@@ -13,6 +13,9 @@ The transfer table (``cpu_tier.transfer``, scripts/tier_transfer.py) has each ch
 linear probe and BCCD detection AP (mean ± sample sd over fine-tune seeds, the count in brackets), and
 each architecture's random init.
 
+The claims table reads each comparison the README makes (``CLAIMS``) as the gap between two rows'
+means against twice their pooled sample sd: sqrt(((n_a - 1) s_a^2 + (n_b - 1) s_b^2) / (n_a + n_b - 2)).
+
 The controls table (``cpu_tier.controls``, scripts/bundle_cpu_tier.py's ``CONTROLS``) puts each control
 run beside the method it is read against: the change it made, its seeds, the same statistics, and the
 gap of the compared method's mean to the control's mean.
@@ -35,6 +38,19 @@ LABELS = {"simclr": "SimCLR", "mocov2": "MoCo v2", "dcl": "DCL", "dclw": "DCLW",
 BEGIN, END = "<!-- cpu-tier-table -->", "<!-- /cpu-tier-table -->"
 CONTROLS_BEGIN, CONTROLS_END = "<!-- cpu-tier-controls -->", "<!-- /cpu-tier-controls -->"
 TRANSFER_BEGIN, TRANSFER_END = "<!-- cpu-tier-transfer -->", "<!-- /cpu-tier-transfer -->"
+CLAIMS_BEGIN, CLAIMS_END = "<!-- cpu-tier-claims -->", "<!-- /cpu-tier-claims -->"
+
+# The comparisons the README's prose makes (issue 23): (claim, row A, row B); a row is a tier method or
+# ``control:NAME``. Each is read as mean(A) - mean(B) against twice the pooled seed sd.
+CLAIMS = (
+    ("DCL vs SimCLR (decoupling + temperature)", "dcl", "simclr"),
+    ("DCL vs SimCLR at τ=0.1 (decoupling alone)", "dcl", "control:simclr_tau0.1"),
+    ("JCL vs MoCo v2", "jcl", "mocov2"),
+    ("CACR vs SimCLR (weighting + views)", "cacr", "simclr"),
+    ("CACR vs DCL at 150 views/image (weighting alone)", "cacr", "control:dcl_150views"),
+    ("SiMo, K=16 vs MoCo v2's queue of 2048", "simo", "mocov2"),
+    ("CMC: L/ab from two crops vs one", "cmc", "control:cmc_sharedcrop"),
+)
 
 
 def tier_rows(cards: Path) -> list[dict]:
@@ -186,6 +202,48 @@ def render_transfer(cards: Path = REPO / "model_cards") -> str:
     return "\n".join(lines)
 
 
+def pooled_sd(a: list[float], b: list[float]) -> float | None:
+    """Pooled sample sd of two groups; None without a degree of freedom (one seed on each side)."""
+    dof = len(a) + len(b) - 2
+    if dof < 1:
+        return None
+    squares = sum((v - mean_sd(g)[0]) ** 2 for g in (a, b) for v in g)
+    return (squares / dof) ** 0.5
+
+
+def claim_values(cards: Path, row: str, metric: str) -> list[float]:
+    if row.startswith("control:"):
+        seeds = control_rows(cards).get(row.removeprefix("control:"), [])
+        return [float(e["fp16_top1"][metric]) for e in seeds if e["fp16_top1"].get(metric) is not None]
+    found = [r for r in tier_rows(cards) if r["method"] == row]
+    return seed_values(found[0], metric) if found else []
+
+
+def verdict(a: list[float], b: list[float]) -> tuple[str, str, str]:
+    """(gap, 2 x pooled sd, whether the gap clears it) in points."""
+    if not a or not b:
+        return "-", "-", "not run yet"
+    gap = 100 * (mean_sd(a)[0] - mean_sd(b)[0])
+    sd = pooled_sd(a, b)
+    if sd is None:
+        return f"{gap:+.2f}", "-", "no spread yet (one seed each)"
+    clears = abs(gap) > 2 * 100 * sd
+    return f"{gap:+.2f}", f"{2 * 100 * sd:.2f}", ("**yes**" if clears else "no")
+
+
+def render_claims(cards: Path = REPO / "model_cards") -> str:
+    lines = [
+        "| claim | seeds (A / B) | kNN k=200 gap A - B | 2 x pooled sd | clears? | linear gap | 2 x pooled sd | clears? |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for claim, a, b in CLAIMS:
+        knn = [claim_values(cards, r, "knn_k200_top1") for r in (a, b)]
+        linear = [claim_values(cards, r, "linear_fast_top1") for r in (a, b)]
+        lines.append(f"| {claim} | {len(knn[0])} / {len(knn[1])} | " + " | ".join(verdict(*knn)) + " | "
+                     + " | ".join(verdict(*linear)) + " |")
+    return "\n".join(lines)
+
+
 def replace_block(readme: str, table: str, begin: str = BEGIN, end: str = END) -> str:
     head, sep, rest = readme.partition(begin)
     _, sep2, tail = rest.partition(end)
@@ -204,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     readme = readme_path.read_text(encoding="utf-8")
     updated = replace_block(replace_block(readme, table), controls, CONTROLS_BEGIN, CONTROLS_END)
     updated = replace_block(updated, transfer, TRANSFER_BEGIN, TRANSFER_END)
+    claims = render_claims()
+    updated = replace_block(updated, claims, CLAIMS_BEGIN, CLAIMS_END)
     if args.check:
         if updated != readme:
             print("error: README.md's CPU-tier tables are stale: run python scripts/cpu_tier_table.py --write", file=sys.stderr)
@@ -211,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.write:
         readme_path.write_text(updated, encoding="utf-8")
-    print(f"{table}\n\n{controls}\n\n{transfer}")
+    print(f"{table}\n\n{controls}\n\n{transfer}\n\n{claims}")
     return 0
 
 

@@ -3,7 +3,7 @@
 #
 #   bash scripts/train_cpu_tier.sh METHOD [extra cl-zoo pretrain options...]
 #   METHOD: simclr mocov2 dcl dclw simo jcl cmc cacr  (recipes/METHOD_imagenette64_cpu_tier.yaml)
-#           or a control run of issue 23: simclr_tau0.1 dcl_150views (scripts/bundle_cpu_tier.py's CONTROLS;
+#           or a control run of issue 23: simclr_tau0.1 dcl_150views cmc_sharedcrop (scripts/bundle_cpu_tier.py's CONTROLS;
 #           published into its method's card with scripts/add_tier_seed.py METHOD --control BUNDLE)
 #
 # An hour or more per method: start it detached so it survives the shell, e.g.
@@ -49,7 +49,7 @@ shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 RECIPE=recipes/${METHOD}_imagenette64_cpu_tier.yaml
-[ -f "$RECIPE" ] || { echo "error: no CPU-tier recipe for '$METHOD' ($RECIPE); methods: simclr mocov2 dcl dclw simo jcl cmc cacr; controls: simclr_tau0.1 dcl_150views" >&2; exit 2; }
+[ -f "$RECIPE" ] || { echo "error: no CPU-tier recipe for '$METHOD' ($RECIPE); methods: simclr mocov2 dcl dclw simo jcl cmc cacr; controls: simclr_tau0.1 dcl_150views cmc_sharedcrop" >&2; exit 2; }
 DATA_DIR=$(cd "${DATA_DIR:-$ROOT/../shared/datasets}" 2>/dev/null && pwd) || { echo "error: DATA_DIR ${DATA_DIR:-$ROOT/../shared/datasets} not found" >&2; exit 2; }
 TRAIN=$DATA_DIR/imagenette128-train.tar.gz
 VAL=$DATA_DIR/imagenette128-val.tar.gz

@@ -176,6 +176,37 @@ def test_table_aggregates_seeds_on_fake_folders(tmp_path: Path) -> None:
     assert "Not published yet" in table and "CACR" in table.split("Not published yet")[1]
 
 
+def test_claims_read_gaps_against_twice_the_pooled_sd_on_fake_folders(tmp_path: Path) -> None:
+    """A gap clears when it is larger than 2 x the pooled sample sd of the two rows' seeds; controls count as rows."""
+    import statistics
+
+    def card(method: str, knn: list[float], controls: list[dict] | None = None) -> None:
+        scores = [{"knn_k20_top1": v, "knn_k200_top1": v, "linear_fast_top1": v} for v in knn]
+        tier = {"method": method, "seed": 0, "epochs": 30, "epoch_time_median_s": 40.0, "views_per_s": 400.0,
+                "fp16_top1": scores[0], "random_init_top1": {}, "controls": controls or [],
+                "other_seeds": [{"seed": n, "fp16_top1": v} for n, v in enumerate(scores[1:], 1)]}
+        folder = tmp_path / f"{method}_resnet18.imagenette64_cpu"
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({"model_name": folder.name, "architecture": "resnet18", "cpu_tier": tier}))
+
+    control = [{"name": "simclr_tau0.1", "seed": n, "changes": {"method_args.temperature": [0.5, 0.1]}, "epochs": 30,
+                "train_time_s": 1200.0, "fp16_top1": {"knn_k200_top1": v, "linear_fast_top1": v}}
+               for n, v in enumerate([0.55, 0.56, 0.57])]
+    card("simclr", [0.46, 0.47, 0.48], control)
+    card("dcl", [0.565, 0.567, 0.569])
+    card("mocov2", [0.47, 0.48, 0.49])
+    card("jcl", [0.49])
+    rows = {line.split(" | ")[0].removeprefix("| "): line.split(" | ") for line in cpu_tier_table.render_claims(tmp_path).splitlines()[2:]}
+    dcl = rows["DCL vs SimCLR (decoupling + temperature)"]
+    pooled = ((2 * statistics.variance([46, 47, 48]) + 2 * statistics.variance([56.5, 56.7, 56.9])) / 4) ** 0.5
+    assert dcl[1:5] == ["3 / 3", "+9.70", f"{2 * pooled:.2f}", "**yes**"]
+    control_row = rows["DCL vs SimCLR at τ=0.1 (decoupling alone)"]
+    assert control_row[1:5] == ["3 / 3", "+0.70", f"{2 * pooled:.2f}", "no"]  # 0.70 < 2 x 0.72
+    assert rows["JCL vs MoCo v2"][1:5] == ["1 / 3", "+1.00", "2.00", "no"]  # only MoCo v2's seeds give the spread
+    assert rows["SiMo, K=16 vs MoCo v2's queue of 2048"][4] == "not run yet"
+    assert rows["CACR vs SimCLR (weighting + views)"][1] == "0 / 3"
+
+
 def test_each_control_recipe_changes_one_thing_of_a_published_recipe() -> None:
     """Issue 23's controls: SimCLR at DCL's temperature, DCL given CACR's views per image; nothing else moves."""
     from cl_zoo.train.recipe import Recipe
@@ -183,7 +214,8 @@ def test_each_control_recipe_changes_one_thing_of_a_published_recipe() -> None:
     def recipe(name: str) -> dict:
         return Recipe.load(REPO / "recipes" / f"{name}_imagenette64_cpu_tier.yaml").to_dict()
 
-    expected = {"simclr_tau0.1": {"method_args.temperature": [0.5, 0.1]}, "dcl_150views": {"epochs": [30, 75]}}
+    expected = {"simclr_tau0.1": {"method_args.temperature": [0.5, 0.1]}, "dcl_150views": {"epochs": [30, 75]},
+                "cmc_sharedcrop": {"method_args.view_crops": ["independent", "shared"]}}
     assert set(bundle_cpu_tier.CONTROLS) == set(expected)
     for name, control in bundle_cpu_tier.CONTROLS.items():
         assert bundle_cpu_tier.recipe_changes(recipe(control.method), recipe(name)) == expected[name], name
@@ -242,7 +274,7 @@ def test_control_runs_go_into_the_card_the_table_and_back(tmp_path: Path) -> Non
     row = next(line for line in table.splitlines() if line.startswith("| DCL, 75 epochs"))
     knn = [json.loads((folder / "eval_knn_seed1.json").read_text())["metrics"]["knn_k200_top1"]] * 2
     assert "| 2 | " in row and f"{100 * knn[0]:.2f} ± 0.00%" in row and "`epochs` 30 → 75" in row
-    assert "Not run yet: SimCLR, τ=0.1." in table
+    assert "Not run yet: SimCLR, τ=0.1; CMC, L and ab from one crop." in table
     # Refused: the published recipe with another seed, a control stopped early, a control seed twice.
     plain = _control_bundle(folder, tmp_path / "plain", "dcl", 2)
     short = _control_bundle(folder, tmp_path / "short", "dcl_150views", 2)
