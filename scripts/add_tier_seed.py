@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import bundle_cpu_tier  # noqa: E402
+from cl_zoo.checkpoint import INDEX_NAME  # noqa: E402
 from relayout_model_cards import bundle_from_folder  # noqa: E402
 
 
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with tempfile.TemporaryDirectory(prefix=f"tier-{args.method}-") as work:
         call = bundle_from_folder(folder, Path(work))
+        if (folder / INDEX_NAME).is_file():
+            # Not re-laid out yet: its weight shards are what the registry pins, so they stay byte for byte.
+            call.append("--keep-shards")
         for bundle in args.bundles:
             call += ["--other-seed", str(bundle)]
         for bundle in args.control:
