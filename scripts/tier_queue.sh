@@ -9,7 +9,9 @@
 #   transfer TASK METHOD SEED [random]   scripts/tier_transfer.py TASK METHOD --seed SEED [--random-init]
 # A line is done when its output exists, so the queue can be killed and started again at any time
 # (a stopped pretraining continues from its checkpoint, a stopped detection from its last.pt):
-#   pretrain: $TIER_WORK/bundles_seedSEED/NAME_resnet18.imagenette64_cpu/reports/linear_fp16.json
+#   pretrain: the seed is in its card already (the published seed 0, eval_knn_seedSEED.json, or a
+#             control's eval_knn_NAME_seedSEED.json), or its evaluated bundle exists,
+#             $TIER_WORK/bundles_seedSEED/NAME_resnet18.imagenette64_cpu/reports/linear_fp16.json
 #             (publish it: python scripts/add_tier_seed.py METHOD [BUNDLE] [--control BUNDLE])
 #   transfer: the report in the card folder, model_cards/METHOD_resnet18.imagenette64_cpu/transfer_*.json
 # A line that fails is skipped until its flag $TIER_WORK/failed.<line> is removed.
@@ -32,7 +34,16 @@ if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ]; then PY=.venv/bin/python; fi
 output_of() {
     local kind=$1 a=${2:-} b=${3:-} c=${4:-} d=${5:-}
     case "$kind" in
-        pretrain) [ -n "$b" ] && echo "$WORK/bundles_seed$b/${a}_resnet18.imagenette64_cpu/reports/linear_fp16.json" ;;
+        pretrain)
+            [ -n "$b" ] && [ -f "recipes/${a}_imagenette64_cpu_tier.yaml" ] || return 0
+            local method card
+            method=$(sed -n 's/^method: *\([a-z0-9]*\).*/\1/p' "recipes/${a}_imagenette64_cpu_tier.yaml")
+            card=$ROOT/model_cards/${method}_resnet18.imagenette64_cpu
+            if [ "$a" = "$method" ] && [ "$b" = 0 ] && [ -f "$card/config.json" ]; then echo "$card/config.json"
+            elif [ "$a" = "$method" ] && [ -f "$card/eval_knn_seed$b.json" ]; then echo "$card/eval_knn_seed$b.json"
+            elif [ -f "$card/eval_knn_${a}_seed$b.json" ]; then echo "$card/eval_knn_${a}_seed$b.json"
+            else echo "$WORK/bundles_seed$b/${a}_resnet18.imagenette64_cpu/reports/linear_fp16.json"
+            fi ;;
         transfer)
             local suffix=""
             [ "$d" = random ] && suffix=_random_init
