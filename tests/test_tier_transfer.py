@@ -150,12 +150,14 @@ def test_queue_skips_done_and_malformed_lines(tmp_path: Path) -> None:
     import subprocess
 
     work = tmp_path / "work"
-    done = work / "bundles_seed1" / "dcl_resnet18.imagenette64_cpu" / "reports" / "linear_fp16.json"
+    done = work / "bundles_seed7" / "dcl_150views_resnet18.imagenette64_cpu" / "reports" / "linear_fp16.json"
     done.parent.mkdir(parents=True)
     done.write_text("{}")
     queue = tmp_path / "queue.txt"
-    queue.write_text("# issue 23\npretrain dcl 1   # finished\n\npretrain dcl\nfrobnicate x y\n")
+    # Done: a bundle evaluated but not published yet, the published seed 0, a seed already in the card.
+    queue.write_text("# issue 23\npretrain dcl_150views 7   # finished\npretrain dcl 0\npretrain dcl 1\n\n"
+                     "pretrain dcl\nfrobnicate x y\npretrain byol 1\n")
     proc = subprocess.run(["bash", str(REPO / "scripts" / "tier_queue.sh"), str(queue)], capture_output=True, text=True,
                           env={"TIER_WORK": str(work), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert proc.returncode == 0 and "queue done" in proc.stdout and "start:" not in proc.stdout, proc.stdout + proc.stderr
-    assert sorted(p.name for p in work.glob("failed.*")) == ["failed.frobnicate_x_y", "failed.pretrain_dcl"]
+    assert sorted(p.name for p in work.glob("failed.*")) == ["failed.frobnicate_x_y", "failed.pretrain_byol_1", "failed.pretrain_dcl"]
