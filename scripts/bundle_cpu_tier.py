@@ -235,13 +235,13 @@ def transfer_summary(reports: list[tuple[str, bool, int, dict[str, Any]]]) -> di
 
 def transfer_section(transfer: dict[str, Any], architecture: str) -> str:
     """The card's transfer results: CIFAR-10 probe and BCCD detection, ours beside random init."""
-    def spread(values: list[float] | None, scale: float = 1.0) -> str:
+    def spread(values: list[float] | None) -> str:
         if not values:
             return "-"
-        mean = statistics.mean(values) * scale
+        mean = statistics.mean(values)
         if len(values) < 2:
             return f"{mean:.2f} (1 seed)"
-        return f"{mean:.2f} ± {statistics.stdev(values) * scale:.2f} ({len(values)} seeds)"
+        return f"{mean:.2f} ± {statistics.stdev(values):.2f} ({len(values)} seeds)"
 
     s = BCCD_SCHEDULE
     rows = []
@@ -482,7 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     seen = [(c["name"], c["seed"]) for c, _ in controls]
     if len(set(seen)) != len(seen):
         fail(f"a control seed is given twice: {sorted(seen)}")
-    transfers = [check_transfer(path, scored_files, config["architecture"]) for path in sorted(src.glob("transfer_*.json"))]
+    transfer_paths = sorted(src.glob("transfer_*.json"))
+    transfers = [check_transfer(path, scored_files, config["architecture"]) for path in transfer_paths]
     if transfers:
         tier["transfer"] = transfer_summary(transfers)
     if controls:
@@ -527,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy2(b / "reports" / f"{task}_fp16.json", tmp / control_files(entry)[task])
     for b, (entry, _) in zip(args.control, controls):
         shutil.copy2(b / "run" / "metrics.csv", tmp / control_files(entry)["log"])
-    for path in sorted(src.glob("transfer_*.json")):
+    for path in transfer_paths:
         shutil.copy2(path, tmp / path.name)
     atomic_write_text(tmp / "config.json", json.dumps(config, indent=2) + "\n")
     card = src / "README.md"

@@ -140,7 +140,8 @@ def render_controls(cards: Path = REPO / "model_cards") -> str:
         "kNN k=200 per seed | compared method's kNN k=200 | gap (compared - control) | train time |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for name, seeds in control_rows(cards).items():
+    found = control_rows(cards)
+    for name, seeds in found.items():
         control = CONTROLS.get(name)
         label = control.label if control else name
         change = "; ".join(f"`{k}` {a} → {b}" for k, (a, b) in seeds[0]["changes"].items())
@@ -159,7 +160,7 @@ def render_controls(cards: Path = REPO / "model_cards") -> str:
             + " | ".join(spread(v) for v in own)
             + f" | {per_seed} | {compared} | {gap} | {minutes:.0f} min ({seeds[0]['epochs']} epochs) |"
         )
-    missing = [CONTROLS[n].label for n in CONTROLS if n not in control_rows(cards)]
+    missing = [CONTROLS[n].label for n in CONTROLS if n not in found]
     if len(lines) == 2:
         lines = []
     if missing:
@@ -211,12 +212,12 @@ def pooled_sd(a: list[float], b: list[float]) -> float | None:
     return (squares / dof) ** 0.5
 
 
-def claim_values(cards: Path, row: str, metric: str) -> list[float]:
+def claim_values(rows: dict[str, dict], controls: dict[str, list[dict]], row: str, metric: str) -> list[float]:
+    """Every seed's score of a claim's row: a tier method (``rows``) or ``control:NAME`` (``controls``)."""
     if row.startswith("control:"):
-        seeds = control_rows(cards).get(row.removeprefix("control:"), [])
+        seeds = controls.get(row.removeprefix("control:"), [])
         return [float(e["fp16_top1"][metric]) for e in seeds if e["fp16_top1"].get(metric) is not None]
-    found = [r for r in tier_rows(cards) if r["method"] == row]
-    return seed_values(found[0], metric) if found else []
+    return seed_values(rows[row], metric) if row in rows else []
 
 
 def verdict(a: list[float], b: list[float]) -> tuple[str, str, str]:
@@ -236,9 +237,10 @@ def render_claims(cards: Path = REPO / "model_cards") -> str:
         "| claim | seeds (A / B) | kNN k=200 gap A - B | 2 x pooled sd | clears? | linear gap | 2 x pooled sd | clears? |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    rows, controls = {r["method"]: r for r in tier_rows(cards)}, control_rows(cards)
     for claim, a, b in CLAIMS:
-        knn = [claim_values(cards, r, "knn_k200_top1") for r in (a, b)]
-        linear = [claim_values(cards, r, "linear_fast_top1") for r in (a, b)]
+        knn = [claim_values(rows, controls, r, "knn_k200_top1") for r in (a, b)]
+        linear = [claim_values(rows, controls, r, "linear_fast_top1") for r in (a, b)]
         lines.append(f"| {claim} | {len(knn[0])} / {len(knn[1])} | " + " | ".join(verdict(*knn)) + " | "
                      + " | ".join(verdict(*linear)) + " |")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ It prints the ``_cpu_tier`` pins of every folder whose weight files changed: pas
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import shutil
 import sys
@@ -70,7 +71,7 @@ def bundle_from_folder(folder: Path, work: Path) -> list[str]:
             shutil.copy2(folder / files[task], control / "reports" / f"{task}_fp16.json")
         shutil.copy2(folder / files["log"], control / "run" / "metrics.csv")
         (control / "logs" / "machine.txt").write_text(entry["machine"] + "\n", encoding="utf-8")
-        recipe = json.loads(json.dumps(config["recipe"]))
+        recipe = copy.deepcopy(config["recipe"])
         for key, (_, value) in entry["changes"].items():
             *parents, leaf = key.split(".")
             node = recipe

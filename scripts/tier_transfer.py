@@ -41,12 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import bundle_cpu_tier  # noqa: E402
-from bundle_cpu_tier import BCCD_SCHEDULE, transfer_file  # noqa: E402
-
-
-def fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    raise SystemExit(2)
+from bundle_cpu_tier import BCCD_SCHEDULE, fail, transfer_file  # noqa: E402
 
 
 def card_folder(cards: Path, method: str) -> Path:

@@ -37,13 +37,6 @@ def _parse_floats(text: str, what: str) -> list[float]:
     return values
 
 
-def _load(model_spec: str, random_init: bool, seed: int) -> Any:
-    """The model to evaluate, or with ``--random-init`` its seeded random-init baseline."""
-    from cl_zoo.eval.baseline import load_model_or_baseline
-
-    return load_model_or_baseline(model_spec, random_init, seed)
-
-
 def _device(device: str | None) -> str | None:
     """Validate ``--device`` up front (one-line error for cuda on a CPU-only machine)."""
     if device is None or device == "auto":
@@ -167,7 +160,9 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
     ks = _parse_ints(k, "--k")
     device = _device(device)
     train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
-    model = _load(model_spec, random_init, seed)
+    from cl_zoo.eval.baseline import load_model_or_baseline
+
+    model = load_model_or_baseline(model_spec, random_init, seed)
     result = evaluate_knn(
         model, train_data, test_data, ks=ks, temperature=temperature, metric=metric, seed=seed, batch_size=batch_size,
         device=device, workers=workers, cache=not no_cache, progress=progress, precision=precision, backend=backend,
@@ -221,7 +216,9 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
         raise DataError(f"--wd-grid values must be >= 0, got {wd_grid!r}")
     device = _device(device)
     train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
-    model = _load(model_spec, random_init, seed)
+    from cl_zoo.eval.baseline import load_model_or_baseline
+
+    model = load_model_or_baseline(model_spec, random_init, seed)
     result = evaluate_linear(
         model, train_data, test_data, protocol_name=protocol, seed=seed, overrides=overrides, wd_grid=grid,
         val_fraction=val_fraction, max_iter=max_iter, batch_size=batch_size, device=device, workers=workers,
