@@ -215,7 +215,8 @@ def calibrate_dedup_threshold(
 
 def recorded_threshold(config: dict[str, Any] | None) -> float | None:
     """The calibrated threshold a model's ``config.json`` records, if any."""
-    value = ((config or {}).get(CONFIG_KEY) or {}).get("threshold")
+    section = config.get(CONFIG_KEY) if isinstance(config, dict) else None
+    value = section.get("threshold") if isinstance(section, dict) else None
     return float(value) if isinstance(value, (int, float)) and -1.0 <= value <= 1.0 else None
 
 

@@ -16,6 +16,14 @@ Atomic writes keep every file whole, but two processes filling the same cache en
 converting one official release, two notebooks downloading one Hub repo) would still both do the
 work and swap folders under each other. :func:`file_lock` serialises them: the first fills the
 entry, the second waits, then finds it done.
+
+Reading is the other half: every JSON file cl-zoo reads back (a checkpoint's config and shard index,
+an embedding manifest, an index sidecar, an evaluation report, a COCO annotation file) may come from
+someone else or have been copied around. :func:`read_json` is the one reader for all of them: it
+refuses a file larger than the caller's bound before reading it, refuses what is not a regular file
+(a FIFO would block forever, ``/dev/zero`` never ends), and turns every failure (missing, unreadable,
+not UTF-8, malformed, nested deep enough to exhaust the parser's recursion, an integer with more
+digits than Python converts) into one line of the caller's error class.
 """
 
 from __future__ import annotations
@@ -23,10 +31,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+from cl_zoo.errors import ClZooError, DataError
 
 __all__ = [
     "atomic_path",
@@ -36,6 +47,7 @@ __all__ = [
     "atomic_save_torch",
     "atomic_save_npy",
     "file_lock",
+    "read_json",
 ]
 
 
@@ -188,3 +200,45 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def read_json(
+    path: str | os.PathLike[str],
+    *,
+    max_bytes: int,
+    what: str = "JSON file",
+    error: type[ClZooError] = DataError,
+) -> Any:
+    """The parsed content of the JSON file ``path``, read only when it is at most ``max_bytes``.
+
+    ``max_bytes`` is the caller's statement of what the file can reasonably hold (a config: a few KB;
+    COCO's train annotations: 450 MB); ``what`` names the file in the refusal. Every failure raises
+    ``error`` (a :class:`ClZooError`, so the CLI prints one line) and nothing else: callers that treat
+    an unreadable file as absent (a cache entry) catch ``ClZooError``.
+    """
+    path = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer that never comes.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise error(f"{path} is missing") from None
+    except OSError as exc:
+        raise error(f"cannot read {path} ({exc.strerror or exc})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"{path} is not a regular file, so it cannot be a {what}")
+        if info.st_size > max_bytes:
+            raise error(f"{path} is {info.st_size} bytes, more than a {what} can be ({max_bytes} bytes)")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read(max_bytes + 1)  # +1: a file that grew after the fstat is still caught
+    except OSError as exc:
+        raise error(f"cannot read {path} ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(raw) > max_bytes:
+        raise error(f"{path} grew past {max_bytes} bytes while being read; it cannot be a {what}")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, a 5000-digit integer
+        raise error(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from None

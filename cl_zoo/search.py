@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_path
+from cl_zoo.fileio import atomic_path, read_json
 
 INDEX_KINDS = ("flat", "ivf", "hnsw")
 
@@ -300,8 +300,6 @@ def dedup_threshold_for(meta: dict[str, str], embeddings: str | os.PathLike[str]
     :data:`~cl_zoo.dedup_calibration.FALLBACK_DEDUP_THRESHOLD`, which only groups near-identical
     images.
     """
-    import json
-
     from cl_zoo.dedup_calibration import FALLBACK_DEDUP_THRESHOLD, recorded_threshold
 
     try:
@@ -313,8 +311,8 @@ def dedup_threshold_for(meta: dict[str, str], embeddings: str | os.PathLike[str]
     folder = _model_folder(meta, embeddings)
     if folder is not None:
         try:
-            value = recorded_threshold(json.loads((folder / "config.json").read_text()))
-        except (OSError, ValueError):
+            value = recorded_threshold(read_json(folder / "config.json", max_bytes=4 << 20, what="checkpoint config"))
+        except ClZooError:
             value = None
         if value is not None:
             return value, f"calibrated for {meta.get('model_name') or folder.name}"

@@ -49,8 +49,10 @@ from cl_zoo.checkpoint.card import PAPERS, extra_sections, registered_name_of, r
 from cl_zoo.checkpoint.hub import zoo_repo_id
 from cl_zoo.checkpoint.timm_compat import ZOO_CFG_KEY
 from cl_zoo.dedup_calibration import card_section as dedup_card_section
-from cl_zoo.eval.report import compare_reports, read_report
+from cl_zoo.errors import ClZooError
+from cl_zoo.eval.report import MAX_REPORT_BYTES, compare_reports, read_report
 from cl_zoo.fileio import atomic_write_text
+from cl_zoo.fileio import read_json as read_bounded_json
 
 REPO = Path(__file__).resolve().parents[1]
 TAG = "imagenette64_cpu"
@@ -96,9 +98,14 @@ def fail(message: str) -> None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        fail(f"{path} not found")
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A run's config or report: bounded and checked like every JSON cl-zoo reads; a failure is ``fail``."""
+    try:
+        data = read_bounded_json(path, max_bytes=MAX_REPORT_BYTES, what="run's JSON file")
+    except ClZooError as exc:
+        fail(str(exc))
+    if not isinstance(data, dict):
+        fail(f"{path} does not hold a JSON object")
+    return data
 
 
 def training_summary(metrics_csv: Path) -> dict[str, Any]:
@@ -196,8 +203,8 @@ def check_transfer(path: Path, scored_files: list[dict[str, str]], architecture:
         if report["model"].get("architecture") != architecture:
             fail(f"{path}: measured on {report['model'].get('architecture')}, this folder is {architecture}")
         return task, random_init, 0, report
-    report = json.loads(path.read_text(encoding="utf-8"))
-    backbone = report.get("backbone") or {}
+    report = read_json(path)
+    backbone = report.get("backbone") if isinstance(report.get("backbone"), dict) else {}
     if report.get("task") != "detection" or report.get("engine") != "torchvision":
         fail(f"{path}: not a cl-zoo detect --engine torchvision report")
     if random_init != (backbone.get("source") == "random-init"):
@@ -206,7 +213,7 @@ def check_transfer(path: Path, scored_files: list[dict[str, str]], architecture:
         fail(f"{path}: a random init of {backbone.get('architecture')}, this folder is {architecture}")
     if not random_init and backbone.get("checkpoint_files_sha256") not in scored_files:
         fail(f"{path} was not fine-tuned from the files being published (checkpoint digests differ)")
-    config = report.get("config") or {}
+    config = report.get("config") if isinstance(report.get("config"), dict) else {}
     expected = {k: v for k, v in BCCD_SCHEDULE.items() if k not in ("train_split", "val_split")}
     moved = {k: (config.get(k), v) for k, v in expected.items() if config.get(k) != v}
     if moved or config.get("seed") != seed or config.get("val_limit") is not None:
@@ -503,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     if (dest / "config.json").is_file():
         # A near-duplicate calibration (scripts/calibrate_dedup.py --write) measured on these very
         # weights stays; on other weights it would be wrong, so it is dropped.
-        previous = json.loads((dest / "config.json").read_text(encoding="utf-8"))
+        previous = read_json(dest / "config.json")
         if previous.get("files") == files and "dedup" in previous:
             config["dedup"] = previous["dedup"]
 

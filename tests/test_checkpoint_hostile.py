@@ -146,3 +146,13 @@ def test_a_5000_digit_integer_is_one_line_in_config_index_and_header(saved: Path
     with pytest.raises(CheckpointError) as info:
         cl_zoo.load_pretrained(saved)
     assert "not valid JSON" in one_line(info)
+
+
+def test_a_config_larger_than_any_config_is_refused_before_it_is_parsed(saved: Path) -> None:
+    from cl_zoo.checkpoint.folder import MAX_CONFIG_BYTES
+
+    text = (saved / CONFIG_NAME).read_text()
+    (saved / CONFIG_NAME).write_text(text + " " * MAX_CONFIG_BYTES)  # still valid JSON, just padded
+    with pytest.raises(CheckpointError) as info:
+        cl_zoo.load_pretrained(saved)
+    assert f"more than a checkpoint config can be ({MAX_CONFIG_BYTES} bytes)" in one_line(info)

@@ -1,4 +1,4 @@
-"""cl_zoo.fileio: the one atomic-write implementation every writer uses."""
+"""cl_zoo.fileio: the one atomic-write implementation every writer uses, and the one bounded JSON reader."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from cl_zoo.fileio import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
+    read_json,
 )
+from cl_zoo.errors import CheckpointError, DataError
 
 
 def test_success_replaces_and_leaves_no_temporary(tmp_path: Path) -> None:
@@ -80,3 +82,47 @@ def test_npy_and_torch_land_at_the_exact_name(tmp_path: Path) -> None:
     atomic_save_torch(tmp_path / "s.pt", {"w": torch.ones(2)}, fsync=True)
     assert torch.equal(torch.load(tmp_path / "s.pt", weights_only=True)["w"], torch.ones(2))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache.bin", "s.pt"]
+
+
+def test_read_json_reads_a_file_within_its_bound(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    path.write_text('{"a": [1, 2.5, "\u00e9"]}')
+    assert read_json(path, max_bytes=path.stat().st_size) == {"a": [1, 2.5, "é"]}
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"{" + b" " * 200 + b"}", r"is 202 bytes, more than a test file can be \(100 bytes\)"),
+    (b"{not json", "is not valid JSON"),
+    (b'{"a": "\xff"}', "is not valid JSON"),  # not UTF-8
+])
+def test_read_json_refuses_oversized_and_malformed_files_in_one_line(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "x.json"
+    path.write_bytes(content)
+    with pytest.raises(DataError, match=message) as info:
+        read_json(path, max_bytes=100, what="test file")
+    assert "\n" not in str(info.value)
+
+
+def test_read_json_an_integer_too_long_to_convert_is_a_clean_error(tmp_path: Path) -> None:
+    path = tmp_path / "digits.json"
+    path.write_bytes(b"9" * 5000)  # Python refuses to convert more than 4300 digits by default
+    with pytest.raises(DataError, match="is not valid JSON"):
+        read_json(path, max_bytes=10_000)
+
+
+def test_read_json_nesting_deep_enough_to_exhaust_recursion_is_a_clean_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.json"
+    path.write_bytes(b"[" * 200_000)
+    with pytest.raises(CheckpointError, match="is not valid JSON"):
+        read_json(path, max_bytes=1 << 20, error=CheckpointError)
+
+
+def test_read_json_refuses_what_is_not_a_regular_file_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)  # opened for reading without O_NONBLOCK this would wait for a writer forever
+    with pytest.raises(DataError, match="is not a regular file"):
+        read_json(fifo, max_bytes=100)
+    with pytest.raises(DataError, match="is not a regular file"):
+        read_json(tmp_path, max_bytes=100)
+    with pytest.raises(DataError, match="is missing"):
+        read_json(tmp_path / "gone.json", max_bytes=100)

@@ -70,6 +70,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from cl_zoo.errors import ClZooError
+from cl_zoo.fileio import read_json
 
 INT8_EXTRA = "pip install 'cl-zoo[int8]'"
 RECIPE_VERSION = 2  # bump when the quantization settings below change: old cache entries are then ignored
@@ -205,10 +206,8 @@ def _quantize(fp32_xml: Path, calibration: np.ndarray) -> Any:
 def _record(path: Path) -> Any:
     """The JSON beside a cached int8 model; ``None`` when unreadable (a cache entry is not trusted blindly)."""
     try:
-        if path.stat().st_size > 65536:
-            return None
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
+        return read_json(path, max_bytes=65536, what="int8 cache record")
+    except ClZooError:
         return None
 
 

@@ -46,12 +46,17 @@ from cl_zoo.checkpoint.checks import (
     weights_name,
 )
 from cl_zoo.errors import CheckpointError, ModelNotFoundError
-from cl_zoo.fileio import current_umask
+from cl_zoo.fileio import current_umask, read_json
 from cl_zoo.registry import PretrainedCfg, build_arch, get_arch
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"
 INDEX_NAME = "model.safetensors.index.json"
+# Bounds on what a folder's JSON may hold, checked before reading: the zoo's largest config is 9 KB
+# (a tier card with every seed's figures), its largest shard index 20 KB (CMC's pair); a 70B-parameter
+# LLM's index is about 100 KB.
+MAX_CONFIG_BYTES = 4 << 20
+MAX_INDEX_BYTES = 16 << 20
 CARD_NAME = "README.md"
 FORMAT_VERSION = 2
 DEFAULT_MAX_SHARD_SIZE = "5GB"
@@ -94,7 +99,7 @@ def weight_files(folder: str | os.PathLike[str]) -> list[str]:
 def shard_map(folder: Path) -> dict[str, str]:
     """The shard index's ``weight_map`` (tensor name -> shard file), every file name checked."""
     path = member(folder, INDEX_NAME, str(folder))
-    index = _read_json(path)
+    index = read_json(path, max_bytes=MAX_INDEX_BYTES, what="shard index", error=CheckpointError)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{path} has no 'weight_map' object")
@@ -102,16 +107,6 @@ def shard_map(folder: Path) -> dict[str, str]:
         weights_name(folder, name, f"{path} weight_map[{key!r}]")
     return weight_map
 
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise CheckpointError(f"{path} is missing") from exc
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit integer
-        raise CheckpointError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from exc
-    except OSError as exc:
-        raise CheckpointError(f"{path} cannot be read ({exc.strerror or exc})") from exc
 
 
 def _shard(state: Mapping[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
@@ -289,7 +284,7 @@ def consolidate_weights(folder: str | os.PathLike[str]) -> dict[str, str]:
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a checkpoint folder's config.json."""
     path = member(Path(folder), CONFIG_NAME, str(folder))
-    config = _read_json(path)
+    config = read_json(path, max_bytes=MAX_CONFIG_BYTES, what="checkpoint config", error=CheckpointError)
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     for key, kind in (("architecture", str), ("model_args", dict), ("pretrained_cfg", dict)):

@@ -18,8 +18,8 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from cl_zoo.errors import DataError
-from cl_zoo.fileio import atomic_write_text
+from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import atomic_write_text, read_json
 
 ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar.gz", ".tgz", ".tar", ".zip")
 COMPLETE_MARKER = ".cl-zoo-complete"
@@ -49,9 +49,11 @@ def archive_sha256(path: Path) -> str:
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
     memo = memo_dir / key
     try:
-        return json.loads(memo.read_text())["sha256"]
-    except (OSError, ValueError, KeyError):
-        pass
+        recorded = read_json(memo, max_bytes=4096, what="hash memo")
+        if isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str):
+            return recorded["sha256"]
+    except ClZooError:
+        pass  # absent or damaged: hash again
     digest = _sha256_file(path)
     try:
         atomic_write_text(memo, json.dumps({"sha256": digest, "path": str(path.resolve())}))

@@ -14,7 +14,6 @@ VOC devkit's "+1" IoU on the original integers, so the VOC evaluator needs no pi
 
 from __future__ import annotations
 
-import json
 import os
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -27,6 +26,7 @@ import torch
 from PIL import Image
 
 from cl_zoo.errors import DataError
+from cl_zoo.fileio import read_json
 
 # Boxes may poke out of the image by up to this many pixels (rounding in the annotation tools);
 # they are clipped. Anything further out is an error and is skipped.
@@ -197,23 +197,21 @@ def load_voc(
 # ------------------------------------------------------------------------------------------------
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file's content; unreadable or malformed files are one-line :class:`DataError`."""
-    try:
-        return json.loads(path.read_text())
-    except OSError as exc:
-        raise DataError(f"cannot read {path} ({exc.strerror or exc})") from exc
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{path} is not valid JSON ({exc.msg} at line {exc.lineno})") from exc
-    except (ValueError, RecursionError) as exc:  # not UTF-8, a 5000-digit integer, nesting too deep
-        raise DataError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from exc
+# COCO's train2017 instances file is 448 MB and LVIS v1's train file 1.1 GB; parsing either takes
+# several times its size in memory, so a file claiming more than this is refused before it is read.
+MAX_ANNOTATION_BYTES = 2 << 30
+
+
+def read_annotations(path: Path) -> Any:
+    """A COCO-style annotation file's JSON; unreadable, oversized or malformed files are one-line errors."""
+    return read_json(path, max_bytes=MAX_ANNOTATION_BYTES, what="COCO annotation file")
 
 
 def load_coco(images_dir: str | os.PathLike[str], annotation_file: str | os.PathLike[str]) -> DetectionData:
     """Read a COCO instances JSON. Crowd regions are kept as "difficult" (ignored in training and
     evaluation), boxes are converted from ``x,y,w,h`` and validated against the image size."""
     images_dir, annotation_file = Path(images_dir), Path(annotation_file)
-    data = read_json(annotation_file)
+    data = read_annotations(annotation_file)
     if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in ("images", "annotations", "categories")):
         raise DataError(f"{annotation_file} is not a COCO instances file (needs images, annotations, categories lists)")
     if not images_dir.is_dir():

@@ -88,9 +88,9 @@ def _voc_classes(root: Path, split: str, evaluated: bool) -> tuple[str, ...]:
 
 
 def _coco_classes(annotation_file: Path) -> tuple[str, ...]:
-    from cl_zoo.detection.datasets import read_json
+    from cl_zoo.detection.datasets import read_annotations
 
-    data = read_json(annotation_file)
+    data = read_annotations(annotation_file)
     categories = data.get("categories") if isinstance(data, dict) else None
     if not isinstance(categories, list) or not categories:
         raise DataError(f"{annotation_file} is not a COCO instances file (no categories)")

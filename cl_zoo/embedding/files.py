@@ -16,7 +16,7 @@ from cl_zoo.embedding.checks import (
 )
 from cl_zoo.data.images import is_url
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_path
+from cl_zoo.fileio import atomic_path, read_json
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
 
@@ -189,14 +189,7 @@ def read_npy_features(path: str | os.PathLike[str]) -> np.ndarray:
 def read_metadata(info: str | os.PathLike[str]) -> dict[str, object]:
     """A ``.meta.json`` sidecar: a JSON object whose recorded fields have their recorded types."""
     info = Path(info)
-    try:
-        if info.stat().st_size > _MAX_META_BYTES:
-            raise DataError(f"{info} is {info.stat().st_size} bytes, too large for an embeddings metadata file")
-        meta = json.loads(info.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise DataError(f"cannot read {info}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise DataError(f"{info} is not valid JSON ({' '.join(str(exc).split())[:120]})") from None
+    meta = read_json(info, max_bytes=_MAX_META_BYTES, what="embeddings metadata file")
     if not isinstance(meta, dict):
         raise DataError(f"{info} holds a JSON {type(meta).__name__}, not an object")
     return _checked_metadata(meta, str(info))

@@ -26,10 +26,11 @@ from cl_zoo.embedding.engine import (
 from cl_zoo.embedding.preprocess import (
     Preprocess,
 )
-from cl_zoo.errors import DataError
-from cl_zoo.fileio import atomic_path, atomic_write_text
+from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import atomic_path, atomic_write_text, read_json
 
 PROGRESS_MANIFEST = "manifest.json"
+MAX_PROGRESS_MANIFEST_BYTES = 1 << 16  # ten fields of digests and settings: about 600 bytes
 
 
 @dataclass
@@ -129,8 +130,8 @@ def saved_progress(folder: str | os.PathLike[str]) -> SavedProgress | None:
     if not parts:
         return None
     try:
-        total = int(json.loads((folder / PROGRESS_MANIFEST).read_text())["count"])
-    except (OSError, ValueError, KeyError, TypeError):
+        total = int(read_json(folder / PROGRESS_MANIFEST, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")["count"])
+    except (ClZooError, ValueError, KeyError, TypeError):
         total = 0
     images = 0
     for part in parts:
@@ -156,8 +157,8 @@ def open_progress(folder: Path, manifest: dict[str, Any], resume: bool, force: b
         existing = folder / PROGRESS_MANIFEST
         if resume and existing.is_file():
             try:
-                old = json.loads(existing.read_text())
-            except (OSError, ValueError):
+                old = read_json(existing, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")
+            except ClZooError:
                 old = None
             if old != manifest:
                 changed = sorted(k for k in manifest if not isinstance(old, dict) or old.get(k) != manifest[k])

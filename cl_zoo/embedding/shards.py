@@ -37,7 +37,7 @@ import numpy as np
 from cl_zoo.embedding.checks import NonFiniteFeatureError, display_path
 from cl_zoo.embedding.progress import Chunk
 from cl_zoo.errors import DataError
-from cl_zoo.fileio import atomic_path, atomic_write_text
+from cl_zoo.fileio import atomic_path, atomic_write_text, read_json
 
 SHARD_FORMAT = "cl-zoo-embedding-shards"
 SHARD_FORMAT_VERSION = 1
@@ -288,17 +288,9 @@ class ShardSet:
 
 def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST_NAME
-    try:
-        size = path.stat().st_size
-        if size > _MAX_MANIFEST_BYTES:
-            raise DataError(f"{path} is {size} bytes, too large for a shard manifest")
-        manifest = json.loads(path.read_bytes().decode("utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{folder} has no {MANIFEST_NAME}; it is not a finished cl-zoo embed output") from None
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError) as exc:
-        raise DataError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:120]})") from None
+    if not path.exists():
+        raise DataError(f"{folder} has no {MANIFEST_NAME}; it is not a finished cl-zoo embed output")
+    manifest = read_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != SHARD_FORMAT:
         raise DataError(f"{path} is not a cl-zoo shard manifest")
     if manifest.get("version") != SHARD_FORMAT_VERSION:

@@ -18,9 +18,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from cl_zoo.errors import DataError
-from cl_zoo.fileio import atomic_write_json, atomic_write_text
+from cl_zoo.fileio import atomic_write_json, atomic_write_text, read_json
 
 REPORT_FORMAT_VERSION = 1
+# A report is metrics plus provenance (a few KB; a detection report with per-class AP about 10 KB);
+# one claiming megabytes is not ours.
+MAX_REPORT_BYTES = 4 << 20
 
 
 def library_versions() -> dict[str, str]:
@@ -123,12 +126,9 @@ def write_json_atomic(obj: Any, path: str | os.PathLike) -> Path:
 
 def read_report(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
-    try:
-        report = json.loads(path.read_text())
-    except FileNotFoundError as exc:
-        raise DataError(f"report not found: {path}") from exc
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, a 5000-digit integer
-        raise DataError(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from exc
+    if not path.exists():
+        raise DataError(f"report not found: {path}")
+    report = read_json(path, max_bytes=MAX_REPORT_BYTES, what="cl-zoo evaluation report")
     if not isinstance(report, dict) or report.get("format") != "cl-zoo-eval":
         raise DataError(f"{path} is not a cl-zoo evaluation report (no \"format\": \"cl-zoo-eval\")")
     if not isinstance(report.get("metrics"), dict) or not report["metrics"]:

@@ -7,12 +7,12 @@ fingerprint) and to search with the parameters the build measured its recall wit
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
 from cl_zoo.errors import DataError
+from cl_zoo.fileio import read_json
 
 FORMAT = "cl-zoo-index/1"
 _MAX_BYTES = 1 << 20
@@ -60,13 +60,9 @@ def read_info(index_path: str | os.PathLike[str]) -> IndexInfo | None:
     if not path.is_file():
         return None
     try:
-        if path.stat().st_size > _MAX_BYTES:
-            raise DataError(f"{path} is too large to be an index description")
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, RecursionError):
-        raise DataError(f"{path} is not valid JSON; rebuild the index with cl-zoo index") from None
+        data = read_json(path, max_bytes=_MAX_BYTES, what="index description")
+    except DataError as exc:
+        raise DataError(f"{exc}; rebuild the index with cl-zoo index") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise DataError(f"{path} is not a cl-zoo index description ({FORMAT}); rebuild the index with cl-zoo index")
     known = {f.name: f for f in fields(IndexInfo)}
