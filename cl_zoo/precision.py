@@ -33,7 +33,6 @@ convolutions; losses upcast, see :mod:`cl_zoo.losses._common`).
 from __future__ import annotations
 
 import functools
-import os
 import platform
 from dataclasses import dataclass
 

@@ -204,8 +204,8 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
             tried.append(f"hf-hub:{repo_id} ({exc})")
             if cfg.bundled and isinstance(exc, HubError):
                 tried.append(
-                    f"a cl-zoo checkout's model_cards/ serves it without the network: "
-                    f"set CL_ZOO_MODEL_CARDS=/path/to/cl-zoo/model_cards"
+                    "a cl-zoo checkout's model_cards/ serves it without the network: "
+                    "set CL_ZOO_MODEL_CARDS=/path/to/cl-zoo/model_cards"
                 )
     if cfg.url:
         try:

@@ -10,10 +10,14 @@ deduplicated through its index.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from cl_zoo.errors import ClZooError, DataError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @click.command("search")
@@ -176,7 +180,7 @@ def shown(path: str) -> str:
     return display_path(path)
 
 
-def score_histogram(scores: "np.ndarray", threshold: float, bins: int = 20, width: int = 40) -> list[str]:
+def score_histogram(scores: np.ndarray, threshold: float, bins: int = 20, width: int = 40) -> list[str]:
     """Text histogram of nearest-neighbour similarities, the threshold's bin marked.
 
     Bins span the scores' own range (most collections sit between 0.8 and 1), so the gap between

@@ -24,7 +24,7 @@ from cl_zoo.fileio import atomic_save_npy
 _CHUNK = 256  # images per thread task: large enough that scheduling overhead vanishes
 
 
-def _decode_one(path: str, size: int) -> np.ndarray:
+def decode_square(path: str, size: int) -> np.ndarray:
     """RGB ``[3, size, size]``: shorter side resized to ``size`` (bilinear, antialiased) then centre crop."""
     try:
         with Image.open(path) as img:
@@ -36,7 +36,6 @@ def _decode_one(path: str, size: int) -> np.ndarray:
         raise DataError(f"cannot decode image {path}: {exc}") from None
     w, h = img.size
     if (w, h) != (size, size):
-        scale = size / min(w, h)
         # torchvision's Resize(int) rule: the longer side is truncated, not rounded.
         nw, nh = (size, int(size * h / w)) if w <= h else (int(size * w / h), size)
         img = img.resize((nw, nh), Image.BILINEAR, reducing_gap=None)
@@ -98,7 +97,7 @@ def decode_to_tensor(
     def work(start: int) -> int:
         stop = min(start + _CHUNK, len(paths))
         for i in range(start, stop):
-            out[i] = _decode_one(paths[i], size)
+            out[i] = decode_square(paths[i], size)
         return stop - start
 
     if not workers:

@@ -133,9 +133,9 @@ class _DecodeDataset(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
-        from cl_zoo.data.memory import _decode_one  # the exact decode the in-memory cache uses
+        from cl_zoo.data.memory import decode_square  # the exact decode the in-memory cache uses
 
-        return i, torch.from_numpy(_decode_one(self.paths[i], self.size).copy())
+        return i, torch.from_numpy(decode_square(self.paths[i], self.size).copy())
 
 
 class _PlanSampler(Sampler[list[int]]):

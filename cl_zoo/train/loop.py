@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
