@@ -3,6 +3,12 @@
 #
 #   setsid nohup bash scripts/tier_queue.sh QUEUE_FILE > queue.log 2>&1 < /dev/null &
 #
+# Run it from a worktree nobody edits (git worktree add --detach ../queue-tree HEAD; cd ../queue-tree;
+# PYTHONPATH=$PWD ... bash scripts/tier_queue.sh ...): a pretraining imports parts of cl_zoo lazily
+# (the kNN monitor at epoch 5), so an edit to the checkout it runs from can meet the older modules it
+# already holds and kill it with an ImportError; bash also reads this script as it runs. PYTHONPATH
+# makes scripts/*.py import the worktree's cl_zoo rather than an editable install's.
+#
 # QUEUE_FILE has one run per line (blank lines and # comments are skipped); it is read again before
 # every run, so lines can be added, removed or reordered while the queue works:
 #   pretrain NAME SEED                   scripts/train_cpu_tier.sh NAME --seed SEED  (NAME: a method or a control)
