@@ -300,6 +300,33 @@ def test_tar_batches_image_key_order(tmp_path: Path) -> None:
         TarBatches([(0, str(shard))], PRE, image_key=" ; ")
 
 
+def test_tar_members_beyond_the_image_bound_or_not_images_are_never_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A member's header declares its size: an image over MAX_IMAGE_BYTES is that sample's failure and
+    a member that is not an image is passed over, both without being read into memory (webdataset's
+    own tar_file_iterator reads every member whole first)."""
+    big = image_bytes("blue", "PNG", size=(400, 300))
+    bound = len(big) - 1
+    shard = write_shard(tmp_path / "s.tar", [
+        good_sample("a"),
+        ("b", {"png": big, "txt": b"x" * (3 * bound)}),
+        ("c", {"txt": b"y" * (3 * bound), "json": b"{}"}),
+        good_sample("d", "green"),
+    ])
+    monkeypatch.setattr(preprocess_mod, "MAX_IMAGE_BYTES", bound)
+    extracted: list[str] = []
+    extractfile = tarfile.TarFile.extractfile
+
+    def spy(self: tarfile.TarFile, member: tarfile.TarInfo | str) -> object:
+        extracted.append(member.name if isinstance(member, tarfile.TarInfo) else member)
+        return extractfile(self, member)
+
+    monkeypatch.setattr(tarfile.TarFile, "extractfile", spy)
+    ((_, keys, pixels, failures, last, ordinals),) = list(TarBatches([(0, str(shard))], PRE, batch_size=8))
+    assert keys == ["a", "d"] and ordinals == [0, 3] and last and pixels is not None
+    assert dict(failures) == {"b": "image of 0 MiB, larger than the 0 MiB limit", "c": "no image (jpg;jpeg;png;webp) in the sample"}
+    assert extracted == ["a.jpg", "d.jpg"]
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_damaged_shards_are_one_line(tmp_path: Path, workers: int) -> None:
     whole = write_shard(tmp_path / "whole.tar", [good_sample(f"{k:06d}") for k in range(3)]).read_bytes()

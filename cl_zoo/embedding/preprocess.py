@@ -8,14 +8,23 @@ and normalisation happen once per batch on the device.
 
 Images come from three places: local files (streamed to PIL), URLs (read through fsspec by
 :func:`cl_zoo.embedding.inputs.read_bytes`, bounded by ``MAX_IMAGE_BYTES``) and WebDataset tar
-shards, which :class:`TarBatches` streams with webdataset's own tar iterators and hands over
-already batched, one shard per DataLoader worker, so a shard is read once, front to back.
+shards, which :class:`TarBatches` streams into samples and hands over already batched, one shard
+per DataLoader worker, so a shard is read once, front to back.
+
+Samples are grouped by webdataset's own ``group_by_keys`` (so a key means what it means to
+``webdataset.WebDataset``), but the members come from :func:`tar_members`, not webdataset's
+``tar_file_iterator``: that one reads every member whole into memory before anyone can look at its
+size, so a shard with one 20 GB member (or a ``.txt`` that claims to be one) takes 20 GB before our
+``MAX_IMAGE_BYTES`` check runs. A tar header declares each member's size; :func:`tar_members` reads
+only image members within the bound and passes the others over in tarfile's fixed-size blocks.
 """
 
 from __future__ import annotations
 
+import re
+import tarfile
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import IO, Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -179,6 +188,50 @@ class ShardError(DataError):
         super().__init__(message)
 
 
+@dataclass(frozen=True)
+class OversizedMember:
+    """Stands in a sample for an image member whose header declares more than ``MAX_IMAGE_BYTES``."""
+
+    size: int
+
+
+# The members webdataset's tar_file_iterator skips: "__key__"-style metadata at the top level and
+# anything matching its skip_meta pattern.
+_SKIP_META = re.compile(r"__[^/]*__($|/)")
+
+
+def tar_members(
+    fh: IO[bytes], url: str, image_keys: Sequence[str], note: Callable[[str], object] = lambda name: None,
+) -> Iterator[dict[str, Any]]:
+    """A tar stream's regular members as webdataset's ``{"fname", "data", "__url__"}`` records.
+
+    The same members, in the same order, as ``webdataset.tariterators.tar_file_iterator``, so
+    ``group_by_keys`` forms the same samples; what differs is what gets read. An image member (its
+    extension one of ``image_keys``) is read when its header declares at most ``MAX_IMAGE_BYTES``
+    and is an :class:`OversizedMember` otherwise; any other member's data is ``b""``, never read
+    (``group_by_keys`` drops it anyway: only image extensions are kept). ``note`` hears each member's
+    name before its data is touched, so damage can be placed.
+    """
+    from webdataset.tariterators import base_plus_ext
+
+    keys = {k.lower() for k in image_keys}
+    with tarfile.open(fileobj=fh, mode="r|*") as stream:
+        for info in stream:
+            name = info.name
+            if not info.isreg() or ("/" not in name and name.startswith("__") and name.endswith("__")) or _SKIP_META.match(name):
+                continue
+            note(name)
+            suffix = base_plus_ext(name)[1]
+            data: bytes | OversizedMember = b""
+            if suffix is not None and suffix.lower() in keys:
+                if info.size > MAX_IMAGE_BYTES:
+                    data = OversizedMember(info.size)
+                else:
+                    data = stream.extractfile(info).read()  # type: ignore[union-attr]  # a regular member
+            yield {"fname": name, "data": data, "__url__": url}
+            stream.members = []  # stream mode would otherwise keep every TarInfo of the shard
+
+
 def _damage(ref: str, member: str | None, exc: BaseException) -> str:
     """One line for an exception raised while opening or streaming a shard."""
     if isinstance(exc, ReadError):
@@ -207,7 +260,7 @@ class TarBatches(torch.utils.data.IterableDataset):
 
     Samples are grouped and named by webdataset (``tar_file_expander`` + ``group_by_keys``: a key
     is a member name up to its first dot), so keys mean what they mean to ``webdataset.WebDataset``;
-    only the image members' bytes are kept, one sample at a time. A shard that cannot be opened or
+    only image members within ``MAX_IMAGE_BYTES`` are read (:func:`tar_members`), one sample at a time. A shard that cannot be opened or
     is damaged (a truncated or corrupt tar) raises :class:`ShardError` rather than reporting the
     rest of the shard as a failure: how many samples were lost is unknown, and a run that quietly
     finishes without them would look complete. The message names the member where reading
@@ -244,8 +297,9 @@ class TarBatches(torch.utils.data.IterableDataset):
         if ext is None:
             return f"no image ({';'.join(self.image_keys)}) in the sample"
         data = sample[ext]
-        if len(data) > MAX_IMAGE_BYTES:
-            return f"image of {len(data) >> 20} MiB, larger than the {MAX_IMAGE_BYTES >> 20} MiB limit"
+        size = data.size if isinstance(data, OversizedMember) else len(data)
+        if size > MAX_IMAGE_BYTES:
+            return f"image of {size >> 20} MiB, larger than the {MAX_IMAGE_BYTES >> 20} MiB limit"
         try:
             return self.preprocess(decode_image(data, f"{ref}:{sample['__key__']}.{ext}", self.preprocess.min_short_side))
         except ImageDecodeError as exc:
@@ -255,7 +309,7 @@ class TarBatches(torch.utils.data.IterableDataset):
 
     def shard_batches(self, shard: int, ref: str) -> Iterator[TarBatch]:
         """The batches of one shard, the last one flagged; :class:`ShardError` if it is damaged."""
-        from webdataset.tariterators import group_by_keys, tar_file_expander
+        from webdataset.tariterators import group_by_keys
 
         try:
             fh = open_input(ref)
@@ -273,7 +327,7 @@ class TarBatches(torch.utils.data.IterableDataset):
             return name
 
         with fh:
-            files = tar_file_expander([{"url": ref, "stream": fh}], rename_files=note, eof_value=None)
+            files = tar_members(fh, ref, self.image_keys, note)
             samples = group_by_keys(files, suffixes=set(self.image_keys))
             while True:
                 try:
