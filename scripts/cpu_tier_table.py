@@ -24,13 +24,12 @@ gap of the compared method's mean to the control's mean.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from bundle_cpu_tier import CONTROLS  # noqa: E402
+from bundle_cpu_tier import CONTROLS, read_json  # noqa: E402
 
 METHODS = ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr")
 LABELS = {"simclr": "SimCLR", "mocov2": "MoCo v2", "dcl": "DCL", "dclw": "DCLW", "simo": "SiMo (EqCo)",
@@ -58,7 +57,7 @@ def tier_rows(cards: Path) -> list[dict]:
     for method in METHODS:
         config = cards / f"{method}_resnet18.imagenette64_cpu" / "config.json"
         if config.is_file():
-            data = json.loads(config.read_text(encoding="utf-8"))
+            data = read_json(config)
             rows.append({"method": method, "name": data["model_name"], "arch": data["architecture"], **data["cpu_tier"]})
     return rows
 

@@ -31,12 +31,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 import bundle_cpu_tier  # noqa: E402
+from bundle_cpu_tier import read_json  # noqa: E402
 
 
 def bundle_from_folder(folder: Path, work: Path) -> list[str]:
     """Rebuild the bundle layout of a published tier folder under ``work``; returns bundle_cpu_tier's
     arguments (without ``--out``)."""
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = read_json(folder / "config.json")
     bundle, rand = work / "bundle", work / "random"
     shutil.copytree(folder, bundle / "model")
     (bundle / "reports").mkdir()
@@ -58,7 +59,7 @@ def bundle_from_folder(folder: Path, work: Path) -> list[str]:
         (other / "model").mkdir()
         for task in ("knn", "linear"):
             shutil.copy2(folder / f"eval_{task}_seed{seed}.json", other / "reports" / f"{task}_fp16.json")
-        files = json.loads(report.read_text(encoding="utf-8"))["model"]["checkpoint_files_sha256"]
+        files = read_json(report)["model"]["checkpoint_files_sha256"]
         other_config = {"files": files, "recipe": {**config["recipe"], "seed": seed}}
         (other / "model" / "config.json").write_text(json.dumps(other_config), encoding="utf-8")
         args += ["--other-seed", str(other)]
@@ -79,7 +80,7 @@ def bundle_from_folder(folder: Path, work: Path) -> list[str]:
                 node = node.setdefault(part, {})
             node[leaf] = value
         recipe["seed"] = entry["seed"]
-        files_sha = json.loads((folder / files["knn"]).read_text(encoding="utf-8"))["model"]["checkpoint_files_sha256"]
+        files_sha = read_json(folder / files["knn"])["model"]["checkpoint_files_sha256"]
         control_config = {"files": files_sha, "recipe": recipe, "training_precision": entry["training_precision"]}
         (control / "model" / "config.json").write_text(json.dumps(control_config), encoding="utf-8")
         args += ["--control", str(control)]
@@ -93,16 +94,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep-shards", action="store_true", help="re-render config.json and the card only")
     args = parser.parse_args(argv)
     names = args.names or sorted(p.name for p in args.cards.iterdir() if (p / "config.json").is_file()
-                                 and "cpu_tier" in json.loads((p / "config.json").read_text(encoding="utf-8")))
+                                 and "cpu_tier" in read_json(p / "config.json"))
     changed: list[str] = []
     for name in names:
         folder = args.cards / name
-        before = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("files")
+        before = read_json(folder / "config.json").get("files")
         with tempfile.TemporaryDirectory(prefix="relayout-") as work:
             bundle_args = bundle_from_folder(folder, Path(work))
             bundle_args += ["--out", str(args.cards)] + (["--keep-shards"] if args.keep_shards else [])
             bundle_cpu_tier.main(bundle_args)
-        after = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        after = read_json(folder / "config.json")
         if after.get("files") != before:
             changed.append(f"{name}: {json.dumps(after['files'])}")
     if changed:

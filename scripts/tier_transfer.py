@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
 import bundle_cpu_tier  # noqa: E402
-from bundle_cpu_tier import BCCD_SCHEDULE, fail, transfer_file  # noqa: E402
+from bundle_cpu_tier import BCCD_SCHEDULE, fail, read_json, transfer_file  # noqa: E402
 
 
 def card_folder(cards: Path, method: str) -> Path:
@@ -90,13 +90,13 @@ def cifar10_command(folder: Path, data: Path, report: Path, random_init: bool) -
 
 def file_report(report: Path, cards: Path, folder: Path, name: str, random_init: bool) -> list[Path]:
     """Copy a finished run's report into its card (a random init's into every card of its architecture)."""
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = read_json(folder / "config.json")
     targets = [folder]
     if random_init:
         targets = sorted(
             f for f in cards.glob(f"*_resnet18.{bundle_cpu_tier.TAG}")
             if (f / "config.json").is_file()
-            and json.loads((f / "config.json").read_text(encoding="utf-8"))["architecture"] == config["architecture"]
+            and read_json(f / "config.json")["architecture"] == config["architecture"]
         )
     for target in targets:
         shutil.copy2(report, target / name)
@@ -108,7 +108,7 @@ def rerender(cards: Path, targets: list[Path]) -> None:
     import add_tier_seed
 
     for target in targets:
-        method = json.loads((target / "config.json").read_text(encoding="utf-8"))["cpu_tier"]["method"]
+        method = read_json(target / "config.json")["cpu_tier"]["method"]
         code = add_tier_seed.main([method, "--cards", str(cards), "--out", str(cards)])
         if code:
             fail(f"re-rendering {target} failed")
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-root", type=Path, default=Path(os.environ.get("RUN_ROOT", REPO / "runs" / "tier_transfer")))
     args = parser.parse_args(argv)
     folder = card_folder(args.cards, args.method)
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    config = read_json(folder / "config.json")
     data = data_dir(args.data_dir)
     who = f"random_init_{config['architecture']}" if args.random_init else args.method
     if args.task == "detection":
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     name = transfer_file(args.task, args.random_init, args.seed)
     targets = file_report(report, args.cards, folder, name, args.random_init)
     rerender(args.cards, targets)
-    summary: dict[str, Any] = json.loads(report.read_text(encoding="utf-8"))["metrics"]
+    summary: dict[str, Any] = read_json(report)["metrics"]
     print(f"{name} -> {', '.join(t.name for t in targets)}: {json.dumps(summary)}")
     return 0
 
