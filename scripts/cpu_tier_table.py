@@ -149,7 +149,7 @@ def render_controls(cards: Path = REPO / "model_cards") -> str:
         per_seed = ", ".join(f"{pct(e['fp16_top1'].get('knn_k200_top1'))} (seed {e['seed']})" for e in seeds)
         if versus is not None:
             theirs = seed_values(versus, "knn_k200_top1")
-            compared = f"{LABELS[versus['method']]}: {spread(theirs)} ({len(theirs)} seeds)"
+            compared = f"{LABELS[versus['method']]}: {spread(theirs)} ({len(theirs)} seed{'s' if len(theirs) != 1 else ''})"
             gap = f"{100 * (mean_sd(theirs)[0] - mean_sd(own[1])[0]):+.2f} pt" if own[1] else "-"
         else:
             compared, gap = "-", "-"
