@@ -258,12 +258,12 @@ class TarBatches(torch.utils.data.IterableDataset):
     undecodable or oversized image). Every shard ends with one batch whose ``last`` is True, empty
     for a shard without samples, so a consumer can record the shard as done.
 
-    Samples are grouped and named by webdataset (``tar_file_expander`` + ``group_by_keys``: a key
-    is a member name up to its first dot), so keys mean what they mean to ``webdataset.WebDataset``;
-    only image members within ``MAX_IMAGE_BYTES`` are read (:func:`tar_members`), one sample at a time. A shard that cannot be opened or
-    is damaged (a truncated or corrupt tar) raises :class:`ShardError` rather than reporting the
-    rest of the shard as a failure: how many samples were lost is unknown, and a run that quietly
-    finishes without them would look complete. The message names the member where reading
+    Samples are grouped and named by webdataset's ``group_by_keys`` (a key is a member name up to
+    its first dot), so keys mean what they mean to ``webdataset.WebDataset``; the members come from
+    :func:`tar_members`, which reads only image members within ``MAX_IMAGE_BYTES``, one sample at a
+    time. A shard that cannot be opened or is damaged (a truncated or corrupt tar) raises
+    :class:`ShardError` rather than reporting the rest of the shard as a failure: how many samples
+    were lost is unknown, and a run that quietly finishes without them would look complete. The message names the member where reading
     stopped; batches yielded before stand, but the sample being assembled there is lost with the
     rest (webdataset knows a sample is complete only when the next one begins). A tar cut exactly
     between two members cannot be told from a complete one: tar records no length.
