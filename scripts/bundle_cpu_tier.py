@@ -176,24 +176,72 @@ BCCD_SCHEDULE: dict[str, Any] = {
     "proposals_test": 1000, "precision": "auto",
 }
 BCCD_TEST = "72 images, 945 boxes, 3 classes"
-TRANSFER_NAME = re.compile(r"transfer_(?P<kind>bccd_detection|cifar10_linear)(?P<random>_random_init)?(?:_seed(?P<seed>\d+))?\.json")
+TRANSFER_NAME = re.compile(
+    r"transfer_(?P<kind>bccd_detection|cifar10_linear)(?P<engine>_detectron2)?(?P<random>_random_init)?(?:_seed(?P<seed>\d+))?\.json")
+# The detectron2 row (issue 23: "the exported weights train there too"): the same schedule through
+# ``cl-zoo detect --engine detectron2``, whose R18 default is the bundled coco_R_50_FPN_1x.yaml at depth 18.
+# detectron2 trains in float32 on a CPU and keeps its config's precise BN; the report lists every override.
+DETECTRON2_CONFIG = "coco_R_50_FPN_1x.yaml"
+
+
+def detectron2_overrides(seed: int) -> dict[str, str]:
+    """The overrides a BCCD_SCHEDULE run hands detectron2 (as ``cl-zoo detect`` writes them)."""
+    s = BCCD_SCHEDULE
+    return {
+        "MODEL.RESNETS.DEPTH": "18", "MODEL.RESNETS.RES2_OUT_CHANNELS": "64", "MODEL.BACKBONE.FREEZE_AT": str(s["freeze_at"]),
+        "SOLVER.MAX_ITER": str(s["max_iter"]), "SOLVER.STEPS": "(" + ",".join(map(str, s["steps"])) + ")",
+        "SOLVER.WARMUP_ITERS": str(s["warmup_iters"]), "SOLVER.IMS_PER_BATCH": str(s["batch_size"]),
+        "SOLVER.BASE_LR": repr(s["lr"]), "INPUT.MIN_SIZE_TRAIN": "(" + ",".join(map(str, s["min_sizes_train"])) + ",)",
+        "INPUT.MIN_SIZE_TEST": str(s["min_size_test"]), "INPUT.MAX_SIZE_TRAIN": str(s["max_size"]),
+        "INPUT.MAX_SIZE_TEST": str(s["max_size"]), "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE": str(s["rois_per_image"]),
+        "MODEL.RPN.POST_NMS_TOPK_TEST": str(s["proposals_test"]), "MODEL.ROI_HEADS.NUM_CLASSES": "3",
+        "MODEL.DEVICE": "cpu", "SEED": str(seed),
+    }
 DETECTION_METRICS = ("AP", "AP50", "AP75", "voc_AP50")
 
 
-def transfer_file(task: str, random_init: bool, seed: int = 0) -> str:
-    """``transfer_bccd_detection[_random_init]_seedS.json`` or ``transfer_cifar10_linear[_random_init].json``."""
+def transfer_file(task: str, random_init: bool, seed: int = 0, engine: str = "torchvision") -> str:
+    """``transfer_bccd_detection[_detectron2][_random_init]_seedS.json`` or ``transfer_cifar10_linear[_random_init].json``."""
     base = "transfer_bccd_detection" if task == "detection" else "transfer_cifar10_linear"
+    base += "_detectron2" if engine == "detectron2" else ""
     base += "_random_init" if random_init else ""
     return f"{base}_seed{seed}.json" if task == "detection" else f"{base}.json"
 
 
+def check_detectron2_transfer(path: Path, scored_files: list[dict[str, str]], seed: int) -> dict[str, Any]:
+    """A ``cl-zoo detect --engine detectron2`` BCCD report, refused unless it is these weights with the
+    schedule's overrides (``detectron2_overrides``) and the test split evaluated."""
+    report = read_json(path)
+    backbone = report.get("backbone") if isinstance(report.get("backbone"), dict) else {}
+    if report.get("task") != "detection" or report.get("engine") != "detectron2":
+        fail(f"{path}: not a cl-zoo detect --engine detectron2 report")
+    if backbone.get("checkpoint_files_sha256") not in scored_files:
+        fail(f"{path} was not fine-tuned from the files being published (checkpoint digests differ)")
+    overrides = report.get("overrides") if isinstance(report.get("overrides"), dict) else {}
+    moved = sorted(k for k, v in detectron2_overrides(seed).items() if overrides.get(k) != v)
+    if moved or report.get("config_file") != DETECTRON2_CONFIG:
+        fail(f"{path}: not the documented BCCD schedule on {DETECTRON2_CONFIG} (differs in {moved or 'config_file'})")
+    val = report.get("val_data")
+    if not (isinstance(val, list) and len(val) == 1 and str(val[0]).startswith("voc: ") and str(val[0]).endswith(" test")):
+        fail(f"{path}: not evaluated on BCCD's test split alone (val_data {val!r})")
+    metrics = report.get("metrics") if isinstance(report.get("metrics"), dict) else {}
+    if any(not isinstance(metrics.get(k), (int, float)) for k in ("voc_AP", "voc_AP50", "voc_AP75")):
+        fail(f"{path}: no VOC07 metrics (voc_AP, voc_AP50, voc_AP75)")
+    return report
+
+
 def check_transfer(path: Path, scored_files: list[dict[str, str]], architecture: str) -> tuple[str, bool, int, dict[str, Any]]:
     """A transfer report of this folder: (task, random init?, seed, report), refused unless it was run
-    on these weights (or a random init of this architecture) with the documented protocol."""
+    on these weights (or a random init of this architecture) with the documented protocol. ``task`` is
+    ``detection``, ``detection_detectron2`` or ``cifar10``."""
     match = TRANSFER_NAME.fullmatch(path.name)
-    if not match or (match["kind"] == "bccd_detection") != (match["seed"] is not None):
+    if not match or (match["kind"] == "bccd_detection") != (match["seed"] is not None) or (
+            match["engine"] and (match["kind"] != "bccd_detection" or match["random"])):
         fail(f"{path.name}: not a transfer report name this script knows (transfer_bccd_detection[_random_init]_seedS.json, "
-             "transfer_cifar10_linear[_random_init].json)")
+             "transfer_bccd_detection_detectron2_seedS.json, transfer_cifar10_linear[_random_init].json)")
+    if match["engine"]:
+        seed = int(match["seed"])
+        return "detection_detectron2", False, seed, check_detectron2_transfer(path, scored_files, seed)
     task = "detection" if match["kind"] == "bccd_detection" else "cifar10"
     random_init, seed = bool(match["random"]), int(match["seed"] or 0)
     if task == "cifar10":
@@ -227,9 +275,17 @@ def transfer_summary(reports: list[tuple[str, bool, int, dict[str, Any]]]) -> di
     """``cpu_tier.transfer``: per-seed detection metrics and the CIFAR-10 probe, ours and random init's."""
     summary: dict[str, Any] = {}
     for task, random_init, seed, report in sorted(reports, key=lambda r: (r[0], r[1], r[2])):
-        key = ("bccd_detection" if task == "detection" else "cifar10_linear") + ("_random_init" if random_init else "")
+        key = {"detection": "bccd_detection", "detection_detectron2": "bccd_detection_detectron2",
+               "cifar10": "cifar10_linear"}[task] + ("_random_init" if random_init else "")
         if task == "cifar10":
             summary[key] = top1(report)
+            continue
+        if task == "detection_detectron2":  # detectron2's VOC evaluator: VOC07 metrics only, no COCO AP
+            entry = summary.setdefault(key, {"seeds": [], "voc_AP": [], "voc_AP50": [], "voc_AP75": [], "train_seconds": []})
+            entry["seeds"].append(seed)
+            for metric in ("voc_AP", "voc_AP50", "voc_AP75"):
+                entry[metric].append(report["metrics"][metric])
+            entry["train_seconds"].append(report["train_seconds"])
             continue
         entry = summary.setdefault(key, {"seeds": [], **{m: [] for m in DETECTION_METRICS}, "train_seconds": [], "precision": []})
         entry["seeds"].append(seed)
@@ -257,6 +313,9 @@ def transfer_section(transfer: dict[str, Any], architecture: str) -> str:
         det = transfer.get(f"bccd_detection{suffix}") or {}
         rows.append(f"| {label} | {'-' if probe is None else f'{100 * probe:.2f}%'} | {spread(det.get('AP'))} | "
                     f"{spread(det.get('voc_AP50'))} |")
+    d2 = transfer.get("bccd_detection_detectron2") or {}
+    if d2:
+        rows.insert(1, f"| these weights, detectron2 engine | - | - (VOC evaluator) | {spread(d2.get('voc_AP50'))} |")
     detection = (
         f"BCCD detection (`python scripts/tier_transfer.py detection METHOD --seed S`): `cl-zoo detect --engine torchvision`, "
         f"Faster R-CNN {architecture}-FPN, every layer trainable, BatchNorm on batch statistics, trained on BCCD trainval "
@@ -264,7 +323,11 @@ def transfer_section(transfer: dict[str, Any], architecture: str) -> str:
         f"{s['warmup_iters']} warm-up iterations, x0.1 at {' and '.join(map(str, s['steps']))}) at a {s['min_sizes_train'][0]} px "
         f"short side ({s['rois_per_image']} RoIs per image), evaluated on its test split (72 images) with COCO AP and "
         "VOC07 AP50; mean ± sample sd over fine-tune seeds. A schedule sized for a 2-core CPU: read it as a check that the "
-        "weights transfer, not as the papers' VOC/COCO protocol."
+        "weights transfer, not as the papers' VOC/COCO protocol." + (
+            f" The detectron2 row: these weights through `cl-zoo export detectron2` and `cl-zoo detect --engine detectron2` "
+            f"(`python scripts/tier_transfer.py detection METHOD --engine detectron2`): the bundled {DETECTRON2_CONFIG} at "
+            "depth 18 with the same schedule, float32, its config's precise BN, scored by detectron2's PASCAL VOC07 evaluator."
+            if d2 else "")
         if architecture == "resnet18" else
         "No BCCD detection: this backbone is CMC's L/ab pair, which is not a ResNet the Faster R-CNN engines can hold."
     )

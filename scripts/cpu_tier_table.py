@@ -189,16 +189,28 @@ def render_transfer(cards: Path = REPO / "model_cards") -> str:
         return f"{pct(probe)} | {points(det.get('AP'))} | {points(det.get('AP50'))} | {points(det.get('voc_AP50'))}"
 
     baselines: dict[str, dict] = {}
+    detectron2_rows = []
     for r in rows:
         transfer = r.get("transfer") or {}
         lines.append(f"| {LABELS[r['method']]} | `{r['name']}` | {cells(transfer, '', r['arch'])} |")
         if any(k.endswith("_random_init") for k in transfer):
             baselines.setdefault(r["arch"], transfer)
+        d2 = transfer.get("bccd_detection_detectron2")
+        if d2:
+            detectron2_rows.append(f"| {LABELS[r['method']]}, detectron2 engine | `{r['name']}` | - | - | - | "
+                                   f"{points(d2.get('voc_AP50'))} |")
+    lines += detectron2_rows
     for arch, transfer in baselines.items():
         lines.append(f"| random init | `{arch}` | {cells(transfer, '_random_init', arch)} |")
     if any(r["arch"] != "resnet18" for r in rows):
         lines += ["", "CMC's backbone is the L/ab pair (`cmc_resnet18_lab`): not a ResNet the Faster R-CNN engines can hold, "
                       "so it has no detection row."]
+    if detectron2_rows:
+        lines += ["", "A detectron2 engine row is the same weights exported with `cl-zoo export detectron2` and fine-tuned by "
+                      "`cl-zoo detect --engine detectron2` (the bundled R18-FPN config, the same schedule, float32, the config's "
+                      "precise BN; `tier_transfer.py detection METHOD --engine detectron2`); detectron2's PASCAL evaluator gives "
+                      "VOC07 AP50 only, and the two engines' anchors, samplers and heads differ in detail, so read it as \"the "
+                      "exported weights train there\", not as a tie-breaker between engines."]
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@
 # every run, so lines can be added, removed or reordered while the queue works:
 #   pretrain NAME SEED                   scripts/train_cpu_tier.sh NAME --seed SEED  (NAME: a method or a control)
 #   transfer TASK METHOD SEED [random]   scripts/tier_transfer.py TASK METHOD --seed SEED [--random-init]
+#   transfer detection METHOD SEED detectron2   ... --engine detectron2 (the same fine-tune in detectron2)
 # A line is done when its output exists, so the queue can be killed and started again at any time
 # (a stopped pretraining continues from its checkpoint, a stopped detection from its last.pt):
 #   pretrain: the seed is in its card already (the published seed 0, eval_knn_seedSEED.json, or a
@@ -53,6 +54,7 @@ output_of() {
         transfer)
             local suffix=""
             [ "$d" = random ] && suffix=_random_init
+            [ "$d" = detectron2 ] && suffix=_detectron2
             case "$a" in
                 detection) [ -n "$c" ] && echo "$ROOT/model_cards/${b}_resnet18.imagenette64_cpu/transfer_bccd_detection${suffix}_seed$c.json" ;;
                 cifar10) echo "$ROOT/model_cards/${b}_resnet18.imagenette64_cpu/transfer_cifar10_linear${suffix}.json" ;;
@@ -85,6 +87,7 @@ while true; do
         transfer)
             extra=()
             [ "${words[4]:-}" = random ] && extra=(--random-init)
+            [ "${words[4]:-}" = detectron2 ] && extra=(--engine detectron2)
             RUN_ROOT=$WORK/transfer "$PY" scripts/tier_transfer.py "${words[1]}" "${words[2]}" --seed "${words[3]:-0}" ${extra[@]+"${extra[@]}"} ;;
     esac
     code=$?

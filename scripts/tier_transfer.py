@@ -1,6 +1,7 @@
 """Transfer of the CPU tier's checkpoints (issue 23): detection on BCCD and a linear probe on CIFAR-10.
 
     python scripts/tier_transfer.py detection METHOD [--seed S] [--random-init]   # one fine-tune
+    python scripts/tier_transfer.py detection METHOD --engine detectron2 [--seed S]  # the same in detectron2
     python scripts/tier_transfer.py cifar10 METHOD [--random-init]                 # one linear probe
 
 METHOD is a published tier folder's method (``dcl`` for ``model_cards/dcl_resnet18.imagenette64_cpu``).
@@ -11,6 +12,10 @@ METHOD is a published tier folder's method (``dcl`` for ``model_cards/dcl_resnet
   schedule and image size that fit a 2-core CPU (about 10 min a run). ``--seed`` is the fine-tune's
   seed (data order, detector heads; the backbone is the card's published weights). CMC's L/ab pair is
   not a ResNet the detector can hold, so it has no detection row.
+* ``--engine detectron2``: the same schedule through ``cl-zoo detect --engine detectron2`` (the card's
+  weights exported to detectron2, its R18-FPN config; float32, VOC07 evaluator): the row that shows the
+  exported weights train there too. Needs detectron2 installed; no random-init row (detectron2's own
+  random init is not torchvision's).
 * ``cifar10``: ``cl-zoo linear-eval --protocol fast`` on CIFAR-10 (50,000 train / 10,000 test, the
   JPEG copy in ``../shared/datasets``) with the checkpoint's own preprocessing (its 64 px centre
   crop of the 32 px images) and float32 PyTorch features, like the tier's Imagenette probe.
@@ -58,23 +63,25 @@ def data_dir(given: Path | None) -> Path:
     return folder
 
 
-def detection_command(folder: Path, bccd: Path, run: Path, seed: int, random_init: bool) -> list[str]:
+def detection_command(folder: Path, bccd: Path, run: Path, seed: int, random_init: bool, engine: str = "torchvision") -> list[str]:
     """The one documented BCCD fine-tune, as a ``cl-zoo detect`` command line."""
     s = BCCD_SCHEDULE
     command = [
-        sys.executable, "-m", "cl_zoo.cli", "detect", "--engine", "torchvision", "--model", str(folder),
+        sys.executable, "-m", "cl_zoo.cli", "detect", "--engine", engine, "--model", str(folder),
         "--data", str(bccd), "--train-split", s["train_split"], "--val-split", s["val_split"],
         "--head", s["head"], "--norm", s["norm"], "--freeze-at", str(s["freeze_at"]),
         "--max-iter", str(s["max_iter"]), "--steps", ",".join(map(str, s["steps"])),
         "--warmup-iters", str(s["warmup_iters"]), "--batch-size", str(s["batch_size"]), "--lr", str(s["lr"]),
         "--min-size-train", ",".join(map(str, s["min_sizes_train"])), "--min-size-test", str(s["min_size_test"]),
         "--max-size", str(s["max_size"]), "--rois-per-image", str(s["rois_per_image"]),
-        "--proposals-test", str(s["proposals_test"]), "--precision", s["precision"], "--seed", str(seed),
+        "--proposals-test", str(s["proposals_test"]), "--seed", str(seed),
         "--device", "cpu", "--no-progress", "--output", str(run),
     ]
+    if engine == "torchvision":
+        command += ["--precision", s["precision"]]
     if random_init:
         command.append("--random-init")
-    if (run / "last.pt").is_file():
+    if (run / ("last_checkpoint" if engine == "detectron2" else "last.pt")).is_file():
         command.append("--resume")
     return command
 
@@ -120,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("method", choices=bundle_cpu_tier.METHODS)
     parser.add_argument("--seed", type=int, default=0, help="detection: the fine-tune's seed (0, 1, 2)")
     parser.add_argument("--random-init", action="store_true", help="the card architecture's random-init baseline")
+    parser.add_argument("--engine", choices=("torchvision", "detectron2"), default="torchvision",
+                        help="detection: the engine that fine-tunes (detectron2 must be installed)")
     parser.add_argument("--cards", type=Path, default=REPO / "model_cards")
     parser.add_argument("--data-dir", type=Path, help="folder with bccd-voc.tar.gz and cifar10-jpeg.tar.gz (default DATA_DIR or ../shared/datasets)")
     parser.add_argument("--run-root", type=Path, default=Path(os.environ.get("RUN_ROOT", REPO / "runs" / "tier_transfer")))
@@ -128,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     config = read_json(folder / "config.json")
     data = data_dir(args.data_dir)
     who = f"random_init_{config['architecture']}" if args.random_init else args.method
+    if args.engine == "detectron2" and (args.task != "detection" or args.random_init):
+        fail("--engine detectron2 is for a checkpoint's detection run (no CIFAR-10 or random-init row)")
     if args.task == "detection":
         if config["architecture"] != "resnet18":
             fail(f"{folder.name} is {config['architecture']}: the detector needs a ResNet (CMC's L/ab pair is not one)")
@@ -137,9 +148,10 @@ def main(argv: list[str] | None = None) -> int:
         from cl_zoo.data.archive import extract_archive
 
         bccd = extract_archive(archive) / "bccd-voc"
-        run = args.run_root / who / f"bccd_detection_seed{args.seed}"
+        engine = "_detectron2" if args.engine == "detectron2" else ""
+        run = args.run_root / who / f"bccd_detection{engine}_seed{args.seed}"
         run.mkdir(parents=True, exist_ok=True)
-        command = detection_command(folder, bccd, run, args.seed, args.random_init)
+        command = detection_command(folder, bccd, run, args.seed, args.random_init, args.engine)
         report = run / "report.json"
     else:
         run = args.run_root / who / "cifar10_linear"
@@ -151,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         code = subprocess.call(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
     if code:
         fail(f"{args.task} run failed (exit {code}); log: {run / 'log.txt'}")
-    name = transfer_file(args.task, args.random_init, args.seed)
+    name = transfer_file(args.task, args.random_init, args.seed, args.engine)
     targets = file_report(report, args.cards, folder, name, args.random_init)
     rerender(args.cards, targets)
     summary: dict[str, Any] = read_json(report)["metrics"]

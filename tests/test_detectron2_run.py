@@ -213,6 +213,10 @@ def test_detectron2_trains_and_evaluates_a_voc_folder_of_its_own_classes(bccd_vo
     log = (tmp_path / "run" / "log.txt").read_text()
     assert (tmp_path / "run" / "model_final.pth").is_file()
     assert "Evaluating cl_zoo_val using 2007 metric" in log and "copypaste: AP,AP50,AP75" in log
+    report = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert report["engine"] == "detectron2" and report["overrides"]["SOLVER.MAX_ITER"] == "1"
+    assert set(report["metrics"]) == {"voc_AP", "voc_AP50", "voc_AP75"} and report["val_data"][0].endswith(" test")
+    assert report["backbone"]["file_sha256"] and "report: " in capsys.readouterr().out
 
 
 def test_resnet18_gets_its_depth_and_the_fpn_config_and_c4_is_refused(bccd_voc_dir, tmp_path, capsys):
@@ -227,3 +231,50 @@ def test_resnet18_gets_its_depth_and_the_fpn_config_and_c4_is_refused(bccd_voc_d
     assert err.count("\n") == 1 and "ResNet-18 backbone cannot use --config voc-c4" in err
     assert main([*base[:4], MODELS["r50"], *base[5:]]) == 0
     assert "MODEL.RESNETS.DEPTH" not in capsys.readouterr().out  # the configs' own ResNet-50
+
+
+def test_the_report_is_made_from_this_runs_results_under_the_torchvision_names(bccd_voc_dir, tmp_path, monkeypatch, capsys):
+    """train_net.py's eval_results.json becomes report.json with the torchvision engine's metric names
+    and the card's identity; a stale results file never does. detectron2 itself is faked here."""
+    import importlib.util as util
+
+    import cl_zoo.detection.detectron2_run as detectron2_run
+
+    real_find_spec = util.find_spec
+    monkeypatch.setattr(util, "find_spec", lambda name, *a: object() if name == "detectron2" else real_find_spec(name, *a))
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "eval_results.json").write_text(json.dumps({"cl_zoo_val": {"bbox": {"AP": 1.0, "AP50": 2.0, "AP75": 3.0}}}))
+    launched = []
+
+    def fake_train_net(command):
+        launched.append(command)
+        assert not (out / "eval_results.json").exists(), "an earlier run's results must be gone before a run starts"
+        (out / "eval_results.json").write_text(json.dumps(
+            {"cl_zoo_val": {"bbox": {"AP": 48.5, "AP50": 83.25, "AP75": 50.0, "AP-RBC": float("nan")}}}))
+        return 0
+
+    monkeypatch.setattr(detectron2_run.subprocess, "call", fake_train_net)
+    card = Path(__file__).resolve().parents[1] / "model_cards" / "cacr_resnet18.imagenette64_cpu"
+    voc = _small_voc(bccd_voc_dir / "bccd-voc", tmp_path / "voc")
+    args = ["detect", "--engine", "detectron2", "--model", str(card), "--data", str(voc), "--output", str(out),
+            "--device", "cpu", "--max-iter", "3", "--seed", "2"]
+    assert main(args) == 0, capsys.readouterr().err
+    report = json.loads((out / "report.json").read_text())
+    assert report["metrics"] == {"voc_AP": 48.5, "voc_AP50": 83.25, "voc_AP75": 50.0}
+    assert report["engine"] == "detectron2" and report["config_file"] == "coco_R_50_FPN_1x.yaml"
+    assert report["overrides"]["SEED"] == "2" and report["iterations"] == 3 and report["precision"] == "fp32"
+    files = json.loads((card / "config.json").read_text())["files"]
+    assert report["backbone"]["checkpoint_files_sha256"] == files and report["val_data"] == [f"voc: {voc} test"]
+
+    def no_bbox(command):
+        (out / "eval_results.json").write_text(json.dumps({"cl_zoo_val": {"segm": {}}}))
+        return 0
+
+    monkeypatch.setattr(detectron2_run.subprocess, "call", no_bbox)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no bbox results" in err
+    monkeypatch.setattr(detectron2_run.subprocess, "call", lambda command: 0)  # evaluated nothing, wrote nothing
+    assert main(args) == 2
+    assert "eval_results.json" in capsys.readouterr().err

@@ -161,3 +161,73 @@ def test_queue_skips_done_and_malformed_lines(tmp_path: Path) -> None:
                           env={"TIER_WORK": str(work), "PATH": "/usr/bin:/bin"}, timeout=60)
     assert proc.returncode == 0 and "queue done" in proc.stdout and "start:" not in proc.stdout, proc.stdout + proc.stderr
     assert sorted(p.name for p in work.glob("failed.*")) == ["failed.frobnicate_x_y", "failed.pretrain_byol_1", "failed.pretrain_dcl"]
+
+
+def _detectron2_report(folder: Path, seed: int, ap50: float, **change) -> dict:
+    config = json.loads((folder / "config.json").read_text())
+    return {
+        "task": "detection", "engine": "detectron2", "config_file": bundle_cpu_tier.DETECTRON2_CONFIG,
+        "backbone": {"source": str(folder), "architecture": config["architecture"], "checkpoint_files_sha256": config["files"]},
+        "overrides": {**bundle_cpu_tier.detectron2_overrides(seed), "OUTPUT_DIR": "/runs/x", **change},
+        "precision": "fp32", "train_seconds": 900.0, "iterations": BCCD_SCHEDULE["max_iter"],
+        "train_data": ["voc: /data/bccd-voc trainval"], "val_data": ["voc: /data/bccd-voc test"],
+        "metrics": {"voc_AP": ap50 - 30, "voc_AP50": ap50, "voc_AP75": ap50 - 25},
+    }
+
+
+def test_detectron2_command_hands_detectron2_the_documented_overrides(bccd_voc_dir: Path, tmp_path: Path, capsys) -> None:
+    """What tier_transfer.py --engine detectron2 runs is exactly what bundle_cpu_tier.py later accepts:
+    the schedule's overrides on the R18-FPN config (checked on the dry run; detectron2 need not be installed)."""
+    import shlex
+
+    folder = CARDS / "cacr_resnet18.imagenette64_cpu"
+    command = tier_transfer.detection_command(folder, bccd_voc_dir / "bccd-voc", tmp_path / "run", 1, False, "detectron2")
+    assert "--precision" not in command and command[command.index("--engine") + 1] == "detectron2"
+    assert main([*command[3:], "--dry-run"]) == 0
+    printed = shlex.split(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed[printed.index("--config-file") + 1].endswith(bundle_cpu_tier.DETECTRON2_CONFIG)
+    for key, value in bundle_cpu_tier.detectron2_overrides(1).items():
+        assert printed[printed.index(key) + 1] == value, key
+    voc = printed.index("--voc")
+    assert printed[voc + 1:voc + 4][2] == "trainval" and printed[printed.index("--voc", voc + 1) + 3] == "test"
+
+
+def test_a_detectron2_report_goes_into_the_card_and_its_own_table_row(tmp_path: Path) -> None:
+    import add_tier_seed
+
+    cards = tmp_path / "cards"
+    shutil.copytree(CARDS / "dcl_resnet18.imagenette64_cpu", cards / "dcl_resnet18.imagenette64_cpu")
+    dcl = cards / "dcl_resnet18.imagenette64_cpu"
+    (dcl / transfer_file("detection", False, 0, "detectron2")).write_text(json.dumps(_detectron2_report(dcl, 0, 80.0)))
+    assert add_tier_seed.main(["dcl", "--cards", str(cards), "--out", str(cards)]) == 0
+    transfer = json.loads((dcl / "config.json").read_text())["cpu_tier"]["transfer"]
+    assert transfer["bccd_detection_detectron2"] == {"seeds": [0], "voc_AP": [50.0], "voc_AP50": [80.0], "voc_AP75": [55.0],
+                                                     "train_seconds": [900.0]}
+    assert "| these weights, detectron2 engine | - | - (VOC evaluator) | 80.00 (1 seed) |" in (dcl / "README.md").read_text()
+    table = cpu_tier_table.render_transfer(cards)
+    assert "| DCL, detectron2 engine | `dcl_resnet18.imagenette64_cpu` | - | - | - | 80.00 (1) |" in table
+    assert "the exported weights train there" in table
+
+    before = {p.name: p.read_bytes() for p in dcl.iterdir()}
+    name = transfer_file("detection", False, 0, "detectron2")
+    original = (dcl / name).read_bytes()
+    bad = [
+        _detectron2_report(dcl, 0, 80.0, **{"SOLVER.MAX_ITER": "100"}),       # another schedule
+        {**_detectron2_report(dcl, 0, 80.0), "config_file": "coco_R_50_C4_1x.yaml"},
+        {**_detectron2_report(dcl, 0, 80.0), "engine": "torchvision"},
+        {**_detectron2_report(dcl, 0, 80.0), "backbone": {"checkpoint_files_sha256": {"a": "b"}}},
+        {**_detectron2_report(dcl, 0, 80.0), "val_data": ["voc: /data/bccd-voc trainval"]},
+        {**_detectron2_report(dcl, 0, 80.0), "metrics": {"voc_AP50": 80.0}},
+        _detectron2_report(dcl, 1, 80.0),                                         # seed 1's run filed as seed 0
+    ]
+    for report in bad:
+        (dcl / name).write_text(json.dumps(report))
+        with pytest.raises(SystemExit, match="2"):
+            add_tier_seed.main(["dcl", "--cards", str(cards), "--out", str(cards)])
+        (dcl / name).write_bytes(original)
+        assert {p.name: p.read_bytes() for p in dcl.iterdir()} == before
+    for odd in ("transfer_cifar10_linear_detectron2.json", "transfer_bccd_detection_detectron2_random_init_seed0.json"):
+        (dcl / odd).write_text(json.dumps(_detectron2_report(dcl, 0, 80.0)))
+        with pytest.raises(SystemExit, match="2"):
+            add_tier_seed.main(["dcl", "--cards", str(cards), "--out", str(cards)])
+        (dcl / odd).unlink()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,12 +25,15 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
 
 
 def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: bool, prefix: str | None) -> None:
+    import time
+
     from cl_zoo.convert.export import export_detectron2, resnet_weights
-    from cl_zoo.detection.detectron2_run import launch_detectron2, plan_detectron2_run
+    from cl_zoo.detection.detectron2_run import evaluates, launch_detectron2, plan_detectron2_run, write_detectron2_report
 
     # The backbone's depth picks the config keys (and refuses a C4 head for a ResNet-18), so it is
     # read before anything is planned, also for --dry-run.
-    weights = resnet_weights(model, prefix)
+    identity, source = _backbone_identity(model, prefix)
+    weights = resnet_weights(source, prefix)
     run = plan_detectron2_run(options, output, depth=weights.depth)
     if dry_run:
         click.echo(shlex.join(run.command()))
@@ -43,9 +46,36 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
             "pip install 'git+https://github.com/facebookresearch/detectron2.git' and rerun, or use --engine torchvision"
         )
     click.echo("running: " + shlex.join(run.command()))
+    start = time.perf_counter()
     code = launch_detectron2(run)
     if code != 0:
         raise ClZooError(f"detectron2 training exited with status {code}")
+    if evaluates(run):
+        report = write_detectron2_report(run, model=model, backbone=identity, train_seconds=time.perf_counter() - start)
+        click.echo(f"report: {report}")
+
+
+def _backbone_identity(model: str, prefix: str | None) -> tuple[dict[str, Any] | None, Any]:
+    """What goes into the report as the backbone (the torchvision engine's fields), and what to export.
+
+    A zoo name or checkpoint folder is loaded once, as a model whose identity (name, source, weight
+    and file digests) is known; a raw checkpoint file is identified by its path and sha256."""
+    path = Path(model)
+    if path.is_file() or prefix is not None:
+        import hashlib
+
+        if not path.is_file():
+            return None, model
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        return {"name": path.name, "source": str(path.resolve()), "file_sha256": digest.hexdigest()}, model
+    import cl_zoo
+    from cl_zoo.eval.features import model_identity
+
+    backbone = cl_zoo.load_model(model)
+    return model_identity(backbone), backbone
 
 
 @click.command("detect")

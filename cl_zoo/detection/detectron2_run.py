@@ -10,16 +10,24 @@ inside ``train_net.py`` under names of their own (``--voc``/``--coco``), with
 Every path in the command is absolute and the process runs in the caller's directory, so a relative
 ``--output`` lands where the user ran, and detectron2's builtin datasets are looked up under
 ``$DETECTRON2_DATASETS`` (default ``./datasets`` there), not inside the installed package.
+
+After a run, :func:`write_detectron2_report` turns ``train_net.py``'s ``eval_results.json`` into a
+``report.json`` with the same keys as the torchvision engine's (``metrics`` uses its names: COCO's
+``AP``..``APl``, and ``voc_AP``/``voc_AP50``/``voc_AP75`` for detectron2's VOC07 evaluator, which
+is the metric ``cl_zoo.detection.evaluate`` reproduces), plus every override the run was given, so a
+figure from either engine is read and checked the same way.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cl_zoo.bundled import bundled_folder
 from cl_zoo.detection.detectron2_datasets import Detectron2Dataset, describe_dataset, shared_classes
@@ -30,6 +38,9 @@ from cl_zoo.errors import ClZooError
 TRAIN_NAME = "cl_zoo_train_{}"
 VAL_NAME = "cl_zoo_val"
 WEIGHTS_FILE = "model.pkl"
+RESULTS_FILE = "eval_results.json"  # written by train_net.py's Trainer.test
+REPORT_FILE = "report.json"
+MAX_RESULTS_BYTES = 4 << 20  # COCO's per-class APs for 1,203 LVIS classes are ~60 KB
 
 
 @dataclass
@@ -273,5 +284,73 @@ def plan_detectron2_run(o: Detectron2Options, output: str | os.PathLike[str], de
 
 
 def launch_detectron2(run: Detectron2Run) -> int:
-    """Run ``train_net.py`` in the caller's directory; returns its exit status."""
+    """Run ``train_net.py`` in the caller's directory; returns its exit status.
+
+    An earlier run's results are removed first, so a report is only ever made from this run's."""
+    (run.output / RESULTS_FILE).unlink(missing_ok=True)
     return subprocess.call(run.command())
+
+
+def evaluates(run: Detectron2Run) -> bool:
+    """Whether the run ends with an evaluation (``DATASETS.TEST`` not emptied by ``--val-split none``)."""
+    return dict(run.overrides).get("DATASETS.TEST", "x") != "()"
+
+
+def _metric_names(results: dict[str, Any], voc: bool) -> dict[str, float]:
+    """detectron2's ``{"bbox": {...}}`` under the torchvision engine's metric names."""
+    bbox = results.get("bbox")
+    if not isinstance(bbox, dict):
+        raise ClZooError(f"{RESULTS_FILE} has no bbox results (got keys {sorted(results)[:5]})")
+    metrics: dict[str, float] = {}
+    for key, value in bbox.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+            continue  # COCO writes NaN for a class without ground truth
+        metrics[f"voc_{key}" if voc else key] = round(float(value), 4)
+    return metrics
+
+
+def write_detectron2_report(run: Detectron2Run, *, model: str, backbone: dict[str, Any] | None,
+                            train_seconds: float) -> Path:
+    """``OUTPUT/report.json`` of a finished run (see the module doc); refuses a run that evaluated nothing."""
+    import importlib.metadata
+
+    from cl_zoo.fileio import atomic_write_json, read_json
+
+    overrides = dict(run.overrides) | dict(zip(run.extra[::2], run.extra[1::2]))
+    evaluated = [d for d in run.datasets if d.name == VAL_NAME]
+    test_names = [n.strip().strip('"') for n in overrides.get("DATASETS.TEST", "").strip("()").split(",") if n.strip()]
+    results = read_json(run.output / RESULTS_FILE, max_bytes=MAX_RESULTS_BYTES, what="detectron2 evaluation results",
+                        error=ClZooError)
+    if not isinstance(results, dict) or not results:
+        raise ClZooError(f"{run.output / RESULTS_FILE}: no evaluation results")
+    metrics: dict[str, dict[str, float]] = {}
+    for name, value in results.items():
+        if not isinstance(value, dict):
+            raise ClZooError(f"{run.output / RESULTS_FILE}: results of {name!r} are not a mapping")
+        voc = any(d.layout == "voc" for d in evaluated) if name == VAL_NAME else name.startswith("voc_")
+        metrics[str(name)] = _metric_names(value, voc)
+    try:
+        version = importlib.metadata.version("detectron2")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    report = {
+        "task": "detection",
+        "engine": "detectron2",
+        "detectron2_version": version,
+        "model": model,
+        "backbone": backbone,
+        "config_file": run.config.name,
+        "overrides": overrides,
+        "device": overrides.get("MODEL.DEVICE"),
+        # The configs leave SOLVER.AMP off (detectron2's AMP is CUDA float16); only an EXTRA turns it on.
+        "precision": "fp16" if overrides.get("SOLVER.AMP.ENABLED", "").lower() == "true" else "fp32",
+        "iterations": int(overrides["SOLVER.MAX_ITER"]) if "SOLVER.MAX_ITER" in overrides else None,
+        "train_seconds": round(train_seconds, 2),
+        "train_data": [f"{d.layout}: {' '.join(d.paths)}" for d in run.datasets if d.name != VAL_NAME],
+        "val_data": [f"{d.layout}: {' '.join(d.paths)}" for d in evaluated] or test_names,
+        # One evaluated dataset (the usual case) reads like the torchvision report; several stay by name.
+        "metrics": next(iter(metrics.values())) if len(metrics) == 1 else metrics,
+    }
+    path = run.output / REPORT_FILE
+    atomic_write_json(path, report, allow_nan=False)
+    return path

@@ -16,13 +16,17 @@ Beyond detectron2's stock trainer it adds what the protocol and users' own data 
   ``DATASETS.TRAIN`` / ``DATASETS.TEST``; VOC folders are labelled with ``--voc-classes`` (default:
   the 20 PASCAL classes) and scored with the VOC2007 11-point metric;
 * the evaluator each dataset's metadata asks for (``evaluator_type``): COCO's for COCO files and
-  detectron2's builtin ``coco_*``, the PASCAL VOC one (AP, AP50, AP75) for VOC folders and ``voc_*``.
+  detectron2's builtin ``coco_*``, the PASCAL VOC one (AP, AP50, AP75) for VOC folders and ``voc_*``;
+* ``OUTPUT_DIR/eval_results.json``: the latest evaluation's results, ``{dataset: {"bbox": {metric:
+  value}}}``, written whole (temporary name, then rename) by the main process, so ``cl-zoo detect``
+  reads numbers from a file instead of scraping the log.
 
 detectron2 is not a cl-zoo dependency; install it following its INSTALL.md.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 from detectron2.checkpoint import DetectionCheckpointer
@@ -30,6 +34,7 @@ from detectron2.config import get_cfg
 from detectron2.data import MetadataCatalog
 from detectron2.data.datasets import register_coco_instances, register_pascal_voc
 from detectron2.data.datasets.pascal_voc import CLASS_NAMES as PASCAL_CLASSES
+from detectron2.utils import comm
 from detectron2.engine import DefaultTrainer, default_argument_parser, default_setup, launch
 from detectron2.evaluation import COCOEvaluator, PascalVOCDetectionEvaluator
 from detectron2.layers import get_norm
@@ -56,6 +61,23 @@ class Trainer(DefaultTrainer):
         if kind == "pascal_voc":
             return PascalVOCDetectionEvaluator(dataset_name)
         raise ValueError(f"no evaluator for dataset {dataset_name!r} (evaluator_type {kind!r}; expected coco or pascal_voc)")
+
+    @classmethod
+    def test(cls, cfg, model, evaluators=None):
+        results = super().test(cfg, model, evaluators)
+        if comm.is_main_process() and results:
+            write_results(cfg.OUTPUT_DIR, results if len(cfg.DATASETS.TEST) > 1 else {cfg.DATASETS.TEST[0]: results})
+        return results
+
+
+def write_results(folder, results):
+    """``eval_results.json`` in ``folder``, replaced whole: a reader never sees half a file."""
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "eval_results.json")
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2, default=float)
+    os.replace(tmp, path)
 
 
 def register_datasets(args):
