@@ -202,6 +202,14 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
         os.close(fd)
 
 
+# Bounds for JSON that several modules read, kept here (no heavy imports) so a light reader such as
+# ``cl_zoo.search`` shares them with the module that owns the format instead of repeating a literal.
+# The zoo's largest checkpoint config is 9 KB (a tier card with every seed's figures).
+MAX_CHECKPOINT_CONFIG_BYTES = 4 << 20
+# An embeddings ``.meta.json`` / shard ``manifest.json`` is a few hundred bytes.
+MAX_EMBEDDINGS_META_BYTES = 16 << 20
+
+
 def read_json(
     path: str | os.PathLike[str],
     *,

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_path, read_json
+from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, atomic_path, read_json
 
 INDEX_KINDS = ("flat", "ivf", "hnsw")
 
@@ -311,7 +311,7 @@ def dedup_threshold_for(meta: dict[str, str], embeddings: str | os.PathLike[str]
     folder = _model_folder(meta, embeddings)
     if folder is not None:
         try:
-            value = recorded_threshold(read_json(folder / "config.json", max_bytes=4 << 20, what="checkpoint config"))
+            value = recorded_threshold(read_json(folder / "config.json", max_bytes=MAX_CHECKPOINT_CONFIG_BYTES, what="checkpoint config"))
         except ClZooError:
             value = None
         if value is not None:

@@ -46,7 +46,7 @@ from cl_zoo.checkpoint.checks import (
     weights_name,
 )
 from cl_zoo.errors import CheckpointError, ModelNotFoundError
-from cl_zoo.fileio import current_umask, read_json
+from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, current_umask, read_json
 from cl_zoo.registry import PretrainedCfg, build_arch, get_arch
 
 CONFIG_NAME = "config.json"
@@ -55,7 +55,7 @@ INDEX_NAME = "model.safetensors.index.json"
 # Bounds on what a folder's JSON may hold, checked before reading: the zoo's largest config is 9 KB
 # (a tier card with every seed's figures), its largest shard index 20 KB (CMC's pair); a 70B-parameter
 # LLM's index is about 100 KB.
-MAX_CONFIG_BYTES = 4 << 20
+MAX_CONFIG_BYTES = MAX_CHECKPOINT_CONFIG_BYTES
 MAX_INDEX_BYTES = 16 << 20
 CARD_NAME = "README.md"
 FORMAT_VERSION = 2

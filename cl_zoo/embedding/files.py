@@ -16,7 +16,7 @@ from cl_zoo.embedding.checks import (
 )
 from cl_zoo.data.images import is_url
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_path, read_json
+from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, atomic_path, read_json
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
 
@@ -36,8 +36,6 @@ def _atomic_write(final: Path, write: Any) -> None:
 
 PATHS_SIDECAR = ".paths.jsonl"
 LEGACY_PATHS_SIDECAR = ".paths.txt"
-# Sidecar metadata is a few hundred bytes; anything far larger is not ours and is not parsed.
-_MAX_META_BYTES = 16 << 20
 
 
 def write_path_list(final: str | os.PathLike[str], paths: Sequence[str]) -> Path:
@@ -189,7 +187,7 @@ def read_npy_features(path: str | os.PathLike[str]) -> np.ndarray:
 def read_metadata(info: str | os.PathLike[str]) -> dict[str, object]:
     """A ``.meta.json`` sidecar: a JSON object whose recorded fields have their recorded types."""
     info = Path(info)
-    meta = read_json(info, max_bytes=_MAX_META_BYTES, what="embeddings metadata file")
+    meta = read_json(info, max_bytes=MAX_EMBEDDINGS_META_BYTES, what="embeddings metadata file")
     if not isinstance(meta, dict):
         raise DataError(f"{info} holds a JSON {type(meta).__name__}, not an object")
     return _checked_metadata(meta, str(info))

@@ -25,7 +25,7 @@ from pathlib import Path
 from cl_zoo.embedding import sidecar
 from cl_zoo.embedding.shards import MANIFEST_NAME
 from cl_zoo.errors import ClZooError
-from cl_zoo.fileio import read_json
+from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, read_json
 
 EDGE_BYTES = 1 << 20
 MODEL_FIELDS = ("model", "model_name", "revision")
@@ -51,10 +51,8 @@ def file_digest(path: str | os.PathLike[str], edge: int = EDGE_BYTES) -> str:
 
 def model_fields(meta_file: Path) -> dict[str, str]:
     """The model fields of a ``.meta.json`` / ``manifest.json``; {} when absent or unreadable."""
-    if not meta_file.is_file():
-        return {}
     try:
-        meta = read_json(meta_file, max_bytes=16 << 20, what="embeddings metadata file")
+        meta = read_json(meta_file, max_bytes=MAX_EMBEDDINGS_META_BYTES, what="embeddings metadata file")
     except ClZooError:
         return {}
     return {k: str(meta[k]) for k in MODEL_FIELDS if isinstance(meta, dict) and k in meta}
