@@ -24,6 +24,7 @@ gap of the compared method's mean to the control's mean.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from pathlib import Path
 
@@ -136,7 +137,7 @@ def render_controls(cards: Path = REPO / "model_cards") -> str:
     rows = {r["method"]: r for r in tier_rows(cards)}
     lines = [
         "| control | change from the published recipe | read against | seeds | kNN k=20 | kNN k=200 | linear (fast) | "
-        "kNN k=200 per seed | compared method's kNN k=200 | gap (compared - control) | train time |",
+        "kNN k=200 per seed | compared method's kNN k=200 | gap (compared - control) | train time (epochs x median) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     found = control_rows(cards)
@@ -153,11 +154,13 @@ def render_controls(cards: Path = REPO / "model_cards") -> str:
             gap = f"{100 * (mean_sd(theirs)[0] - mean_sd(own[1])[0]):+.2f} pt" if own[1] else "-"
         else:
             compared, gap = "-", "-"
-        minutes = sum(e["train_time_s"] for e in seeds) / len(seeds) / 60
+        # Like the tier table: epochs x the median epoch time (of the seeds' medians), which a run slowed
+        # by other work on the machine for a while (or stopped and resumed) does not move much.
+        minutes = seeds[0]["epochs"] * statistics.median(e["epoch_time_median_s"] for e in seeds) / 60
         lines.append(
             f"| {label} | {change} | {LABELS[control.compared_with] if control else '-'} | {len(seeds)} | "
             + " | ".join(spread(v) for v in own)
-            + f" | {per_seed} | {compared} | {gap} | {minutes:.0f} min ({seeds[0]['epochs']} epochs) |"
+            + f" | {per_seed} | {compared} | {gap} | {minutes:.0f} min |"
         )
     missing = [CONTROLS[n].label for n in CONTROLS if n not in found]
     if len(lines) == 2:

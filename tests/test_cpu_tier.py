@@ -282,6 +282,7 @@ def test_control_runs_go_into_the_card_the_table_and_back(tmp_path: Path) -> Non
     row = next(line for line in table.splitlines() if line.startswith("| DCL, 75 epochs"))
     knn = [json.loads((folder / "eval_knn_seed1.json").read_text())["metrics"]["knn_k200_top1"]] * 2
     assert "| 2 | " in row and f"{100 * knn[0]:.2f} ± 0.00%" in row and "`epochs` 30 → 75" in row
+    assert row.endswith(f"| {75 * controls[0]['epoch_time_median_s'] / 60:.0f} min |")  # epochs x median, as the tier table
     assert "Not run yet: SimCLR, τ=0.1; CMC, L and ab from one crop." in table
     # Refused: the published recipe with another seed, a control stopped early, a control seed twice.
     plain = _control_bundle(folder, tmp_path / "plain", "dcl", 2)
