@@ -208,14 +208,20 @@ def transfer_file(task: str, random_init: bool, seed: int = 0, engine: str = "to
     return f"{base}_seed{seed}.json" if task == "detection" else f"{base}.json"
 
 
-def check_detectron2_transfer(path: Path, scored_files: list[dict[str, str]], seed: int) -> dict[str, Any]:
-    """A ``cl-zoo detect --engine detectron2`` BCCD report, refused unless it is these weights with the
-    schedule's overrides (``detectron2_overrides``) and the test split evaluated."""
+def check_detectron2_transfer(path: Path, scored_files: list[dict[str, str]], seed: int, random_init: bool,
+                              architecture: str) -> dict[str, Any]:
+    """A ``cl-zoo detect --engine detectron2`` BCCD report, refused unless it is these weights (or the
+    seeded random init of this architecture) with the schedule's overrides (``detectron2_overrides``)
+    and the test split evaluated."""
     report = read_json(path)
     backbone = report.get("backbone") if isinstance(report.get("backbone"), dict) else {}
     if report.get("task") != "detection" or report.get("engine") != "detectron2":
         fail(f"{path}: not a cl-zoo detect --engine detectron2 report")
-    if backbone.get("checkpoint_files_sha256") not in scored_files:
+    if random_init != (backbone.get("source") == "random-init"):
+        fail(f"{path}: {'not ' if random_init else ''}a random-init backbone")
+    if random_init and backbone.get("architecture") != architecture:
+        fail(f"{path}: a random init of {backbone.get('architecture')}, this folder is {architecture}")
+    if not random_init and backbone.get("checkpoint_files_sha256") not in scored_files:
         fail(f"{path} was not fine-tuned from the files being published (checkpoint digests differ)")
     overrides = report.get("overrides") if isinstance(report.get("overrides"), dict) else {}
     moved = sorted(k for k, v in detectron2_overrides(seed).items() if overrides.get(k) != v)
@@ -236,12 +242,13 @@ def check_transfer(path: Path, scored_files: list[dict[str, str]], architecture:
     ``detection``, ``detection_detectron2`` or ``cifar10``."""
     match = TRANSFER_NAME.fullmatch(path.name)
     if not match or (match["kind"] == "bccd_detection") != (match["seed"] is not None) or (
-            match["engine"] and (match["kind"] != "bccd_detection" or match["random"])):
-        fail(f"{path.name}: not a transfer report name this script knows (transfer_bccd_detection[_random_init]_seedS.json, "
-             "transfer_bccd_detection_detectron2_seedS.json, transfer_cifar10_linear[_random_init].json)")
+            match["engine"] and match["kind"] != "bccd_detection"):
+        fail(f"{path.name}: not a transfer report name this script knows "
+             "(transfer_bccd_detection[_detectron2][_random_init]_seedS.json, transfer_cifar10_linear[_random_init].json)")
     if match["engine"]:
-        seed = int(match["seed"])
-        return "detection_detectron2", False, seed, check_detectron2_transfer(path, scored_files, seed)
+        seed, random_init = int(match["seed"]), bool(match["random"])
+        report = check_detectron2_transfer(path, scored_files, seed, random_init, architecture)
+        return "detection_detectron2", random_init, seed, report
     task = "detection" if match["kind"] == "bccd_detection" else "cifar10"
     random_init, seed = bool(match["random"]), int(match["seed"] or 0)
     if task == "cifar10":
@@ -316,6 +323,9 @@ def transfer_section(transfer: dict[str, Any], architecture: str) -> str:
     d2 = transfer.get("bccd_detection_detectron2") or {}
     if d2:
         rows.insert(1, f"| these weights, detectron2 engine | - | - (VOC evaluator) | {spread(d2.get('voc_AP50'))} |")
+    d2_random = transfer.get("bccd_detection_detectron2_random_init") or {}
+    if d2_random:
+        rows.append(f"| {architecture}, random init, detectron2 engine | - | - (VOC evaluator) | {spread(d2_random.get('voc_AP50'))} |")
     detection = (
         f"BCCD detection (`python scripts/tier_transfer.py detection METHOD --seed S`): `cl-zoo detect --engine torchvision`, "
         f"Faster R-CNN {architecture}-FPN, every layer trainable, BatchNorm on batch statistics, trained on BCCD trainval "

@@ -205,6 +205,9 @@ def render_transfer(cards: Path = REPO / "model_cards") -> str:
     lines += detectron2_rows
     for arch, transfer in baselines.items():
         lines.append(f"| random init | `{arch}` | {cells(transfer, '_random_init', arch)} |")
+        d2 = transfer.get("bccd_detection_detectron2_random_init")
+        if d2:
+            lines.append(f"| random init, detectron2 engine | `{arch}` | - | - | - | {points(d2.get('voc_AP50'))} |")
     if any(r["arch"] != "resnet18" for r in rows):
         lines += ["", "CMC's backbone is the L/ab pair (`cmc_resnet18_lab`): not a ResNet the Faster R-CNN engines can hold, "
                       "so it has no detection row."]

@@ -13,7 +13,7 @@
 # every run, so lines can be added, removed or reordered while the queue works:
 #   pretrain NAME SEED                   scripts/train_cpu_tier.sh NAME --seed SEED  (NAME: a method or a control)
 #   transfer TASK METHOD SEED [random]   scripts/tier_transfer.py TASK METHOD --seed SEED [--random-init]
-#   transfer detection METHOD SEED detectron2   ... --engine detectron2 (the same fine-tune in detectron2)
+#   transfer detection METHOD SEED detectron2 [random]   ... --engine detectron2 (the same fine-tune there)
 # A line is done when its output exists, so the queue can be killed and started again at any time
 # (a stopped pretraining continues from its checkpoint, a stopped detection from its last.pt):
 #   pretrain: the seed is in its card already (the published seed 0, eval_knn_seedSEED.json, or a
@@ -39,7 +39,7 @@ if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ]; then PY=.venv/bin/python; fi
 
 # The output that marks a line done (empty: the line is malformed).
 output_of() {
-    local kind=$1 a=${2:-} b=${3:-} c=${4:-} d=${5:-}
+    local kind=$1 a=${2:-} b=${3:-} c=${4:-} d=${5:-} e=${6:-}
     case "$kind" in
         pretrain)
             [ -n "$b" ] && [ -f "recipes/${a}_imagenette64_cpu_tier.yaml" ] || return 0
@@ -55,6 +55,7 @@ output_of() {
             local suffix=""
             [ "$d" = random ] && suffix=_random_init
             [ "$d" = detectron2 ] && suffix=_detectron2
+            [ "$d" = detectron2 ] && [ "$e" = random ] && suffix=_detectron2_random_init
             case "$a" in
                 detection) [ -n "$c" ] && echo "$ROOT/model_cards/${b}_resnet18.imagenette64_cpu/transfer_bccd_detection${suffix}_seed$c.json" ;;
                 cifar10) echo "$ROOT/model_cards/${b}_resnet18.imagenette64_cpu/transfer_cifar10_linear${suffix}.json" ;;
@@ -88,6 +89,7 @@ while true; do
             extra=()
             [ "${words[4]:-}" = random ] && extra=(--random-init)
             [ "${words[4]:-}" = detectron2 ] && extra=(--engine detectron2)
+            [ "${words[4]:-}" = detectron2 ] && [ "${words[5]:-}" = random ] && extra=(--engine detectron2 --random-init)
             RUN_ROOT=$WORK/transfer "$PY" scripts/tier_transfer.py "${words[1]}" "${words[2]}" --seed "${words[3]:-0}" ${extra[@]+"${extra[@]}"} ;;
     esac
     code=$?

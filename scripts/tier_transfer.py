@@ -1,7 +1,7 @@
 """Transfer of the CPU tier's checkpoints (issue 23): detection on BCCD and a linear probe on CIFAR-10.
 
     python scripts/tier_transfer.py detection METHOD [--seed S] [--random-init]   # one fine-tune
-    python scripts/tier_transfer.py detection METHOD --engine detectron2 [--seed S]  # the same in detectron2
+    python scripts/tier_transfer.py detection METHOD --engine detectron2 [--seed S] [--random-init]  # in detectron2
     python scripts/tier_transfer.py cifar10 METHOD [--random-init]                 # one linear probe
 
 METHOD is a published tier folder's method (``dcl`` for ``model_cards/dcl_resnet18.imagenette64_cpu``).
@@ -14,8 +14,8 @@ METHOD is a published tier folder's method (``dcl`` for ``model_cards/dcl_resnet
   not a ResNet the detector can hold, so it has no detection row.
 * ``--engine detectron2``: the same schedule through ``cl-zoo detect --engine detectron2`` (the card's
   weights exported to detectron2, its R18-FPN config; float32, VOC07 evaluator): the row that shows the
-  exported weights train there too. Needs detectron2 installed; no random-init row (detectron2's own
-  random init is not torchvision's).
+  exported weights train there too; with ``--random-init`` the torchvision engine's seeded random
+  weights go the same way (its baseline). Needs detectron2 installed.
 * ``cifar10``: ``cl-zoo linear-eval --protocol fast`` on CIFAR-10 (50,000 train / 10,000 test, the
   JPEG copy in ``../shared/datasets``) with the checkpoint's own preprocessing (its 64 px centre
   crop of the 32 px images) and float32 PyTorch features, like the tier's Imagenette probe.
@@ -137,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     config = read_json(folder / "config.json")
     data = data_dir(args.data_dir)
     who = f"random_init_{config['architecture']}" if args.random_init else args.method
-    if args.engine == "detectron2" and (args.task != "detection" or args.random_init):
-        fail("--engine detectron2 is for a checkpoint's detection run (no CIFAR-10 or random-init row)")
+    if args.engine == "detectron2" and args.task != "detection":
+        fail("--engine detectron2 is for detection runs")
     if args.task == "detection":
         if config["architecture"] != "resnet18":
             fail(f"{folder.name} is {config['architecture']}: the detector needs a ResNet (CMC's L/ab pair is not one)")

@@ -267,6 +267,16 @@ def test_the_report_is_made_from_this_runs_results_under_the_torchvision_names(b
     files = json.loads((card / "config.json").read_text())["files"]
     assert report["backbone"]["checkpoint_files_sha256"] == files and report["val_data"] == [f"voc: {voc} test"]
 
+    # --random-init: the torchvision engine's seeded random weights, exported and reported as such.
+    monkeypatch.setattr(detectron2_run.subprocess, "call", fake_train_net)
+    assert main([*args, "--random-init"]) == 0, capsys.readouterr().err
+    backbone = json.loads((out / "report.json").read_text())["backbone"]
+    assert backbone["source"] == "random-init" and backbone["architecture"] == "resnet18" and "seed 2" in backbone["name"]
+    from cl_zoo.eval.baseline import load_model_or_baseline
+    from cl_zoo.eval.features import model_identity
+
+    assert backbone["weights_sha256"] == model_identity(load_model_or_baseline(str(card), True, 2))["weights_sha256"]
+
     def no_bbox(command):
         (out / "eval_results.json").write_text(json.dumps({"cl_zoo_val": {"segm": {}}}))
         return 0

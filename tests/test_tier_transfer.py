@@ -54,7 +54,7 @@ def test_detection_command_runs_the_documented_schedule(bccd_voc_dir: Path, tmp_
 
 
 def test_detect_random_init_is_refused_where_it_cannot_apply(tmp_path: Path, capsys) -> None:
-    for extra in (["--engine", "detectron2"], ["--prefix", "encoder."]):
+    for extra in (["--prefix", "encoder."], ["--engine", "detectron2", "--prefix", "encoder."]):
         code = main(["detect", "--model", str(CARDS / "dcl_resnet18.imagenette64_cpu"), "--random-init", "--data", str(tmp_path),
                      "--output", str(tmp_path / "out"), *extra])
         err = capsys.readouterr().err
@@ -154,8 +154,10 @@ def test_queue_skips_done_and_malformed_lines(tmp_path: Path) -> None:
     done.parent.mkdir(parents=True)
     done.write_text("{}")
     queue = tmp_path / "queue.txt"
-    # Done: a bundle evaluated but not published yet, the published seed 0, a seed already in the card.
+    # Done: a bundle evaluated but not published yet, the published seed 0, a seed already in the card,
+    # transfer reports in the card (the detectron2 one under its own name).
     queue.write_text("# issue 23\npretrain dcl_150views 7   # finished\npretrain dcl 0\npretrain dcl 1\n\n"
+                     "transfer cifar10 dcl 0\ntransfer detection cacr 0 detectron2\n"
                      "pretrain dcl\nfrobnicate x y\npretrain byol 1\n")
     proc = subprocess.run(["bash", str(REPO / "scripts" / "tier_queue.sh"), str(queue)], capture_output=True, text=True,
                           env={"TIER_WORK": str(work), "PATH": "/usr/bin:/bin"}, timeout=60)
@@ -163,11 +165,14 @@ def test_queue_skips_done_and_malformed_lines(tmp_path: Path) -> None:
     assert sorted(p.name for p in work.glob("failed.*")) == ["failed.frobnicate_x_y", "failed.pretrain_byol_1", "failed.pretrain_dcl"]
 
 
-def _detectron2_report(folder: Path, seed: int, ap50: float, **change) -> dict:
+def _detectron2_report(folder: Path, seed: int, ap50: float, random_init: bool = False, **change) -> dict:
     config = json.loads((folder / "config.json").read_text())
+    backbone = ({"source": "random-init", "architecture": config["architecture"], "checkpoint_files_sha256": {}}
+                if random_init else {"source": str(folder), "architecture": config["architecture"],
+                                     "checkpoint_files_sha256": config["files"]})
     return {
         "task": "detection", "engine": "detectron2", "config_file": bundle_cpu_tier.DETECTRON2_CONFIG,
-        "backbone": {"source": str(folder), "architecture": config["architecture"], "checkpoint_files_sha256": config["files"]},
+        "backbone": backbone,
         "overrides": {**bundle_cpu_tier.detectron2_overrides(seed), "OUTPUT_DIR": "/runs/x", **change},
         "precision": "fp32", "train_seconds": 900.0, "iterations": BCCD_SCHEDULE["max_iter"],
         "train_data": ["voc: /data/bccd-voc trainval"], "val_data": ["voc: /data/bccd-voc test"],
@@ -199,6 +204,9 @@ def test_a_detectron2_report_goes_into_the_card_and_its_own_table_row(tmp_path: 
     shutil.copytree(CARDS / "dcl_resnet18.imagenette64_cpu", cards / "dcl_resnet18.imagenette64_cpu")
     dcl = cards / "dcl_resnet18.imagenette64_cpu"
     (dcl / transfer_file("detection", False, 0, "detectron2")).write_text(json.dumps(_detectron2_report(dcl, 0, 80.0)))
+    random_name = transfer_file("detection", True, 0, "detectron2")
+    assert random_name == "transfer_bccd_detection_detectron2_random_init_seed0.json"
+    (dcl / random_name).write_text(json.dumps(_detectron2_report(dcl, 0, 70.0, True)))
     assert add_tier_seed.main(["dcl", "--cards", str(cards), "--out", str(cards)]) == 0
     transfer = json.loads((dcl / "config.json").read_text())["cpu_tier"]["transfer"]
     assert transfer["bccd_detection_detectron2"] == {"seeds": [0], "voc_AP": [50.0], "voc_AP50": [80.0], "voc_AP75": [55.0],
@@ -206,7 +214,9 @@ def test_a_detectron2_report_goes_into_the_card_and_its_own_table_row(tmp_path: 
     assert "| these weights, detectron2 engine | - | - (VOC evaluator) | 80.00 (1 seed) |" in (dcl / "README.md").read_text()
     table = cpu_tier_table.render_transfer(cards)
     assert "| DCL, detectron2 engine | `dcl_resnet18.imagenette64_cpu` | - | - | - | 80.00 (1) |" in table
+    assert "| random init, detectron2 engine | `resnet18` | - | - | - | 70.00 (1) |" in table
     assert "the exported weights train there" in table
+    assert "| resnet18, random init, detectron2 engine | - | - (VOC evaluator) | 70.00 (1 seed) |" in (dcl / "README.md").read_text()
 
     before = {p.name: p.read_bytes() for p in dcl.iterdir()}
     name = transfer_file("detection", False, 0, "detectron2")
@@ -219,6 +229,7 @@ def test_a_detectron2_report_goes_into_the_card_and_its_own_table_row(tmp_path: 
         {**_detectron2_report(dcl, 0, 80.0), "val_data": ["voc: /data/bccd-voc trainval"]},
         {**_detectron2_report(dcl, 0, 80.0), "metrics": {"voc_AP50": 80.0}},
         _detectron2_report(dcl, 1, 80.0),                                         # seed 1's run filed as seed 0
+        _detectron2_report(dcl, 0, 80.0, True),                                   # a random init filed as the weights
     ]
     for report in bad:
         (dcl / name).write_text(json.dumps(report))
@@ -226,8 +237,13 @@ def test_a_detectron2_report_goes_into_the_card_and_its_own_table_row(tmp_path: 
             add_tier_seed.main(["dcl", "--cards", str(cards), "--out", str(cards)])
         (dcl / name).write_bytes(original)
         assert {p.name: p.read_bytes() for p in dcl.iterdir()} == before
-    for odd in ("transfer_cifar10_linear_detectron2.json", "transfer_bccd_detection_detectron2_random_init_seed0.json"):
-        (dcl / odd).write_text(json.dumps(_detectron2_report(dcl, 0, 80.0)))
+    random_original = (dcl / random_name).read_bytes()
+    for odd, report in (("transfer_cifar10_linear_detectron2.json", _detectron2_report(dcl, 0, 80.0)),
+                        (random_name, _detectron2_report(dcl, 0, 80.0)),  # the weights filed as a random init
+                        (random_name, {**_detectron2_report(dcl, 0, 70.0, True),
+                                       "backbone": {"source": "random-init", "architecture": "resnet50"}})):
+        (dcl / odd).write_text(json.dumps(report))
         with pytest.raises(SystemExit, match="2"):
             add_tier_seed.main(["dcl", "--cards", str(cards), "--out", str(cards)])
         (dcl / odd).unlink()
+    (dcl / random_name).write_bytes(random_original)

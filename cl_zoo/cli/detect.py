@@ -24,7 +24,8 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
         raise ClZooError(f"expected comma-separated integers, got {text!r}") from exc
 
 
-def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: bool, prefix: str | None) -> None:
+def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: bool, prefix: str | None,
+                random_init: bool = False) -> None:
     import time
 
     from cl_zoo.convert.export import export_detectron2, resnet_weights
@@ -32,7 +33,7 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
 
     # The backbone's depth picks the config keys (and refuses a C4 head for a ResNet-18), so it is
     # read before anything is planned, also for --dry-run.
-    identity, source = _backbone_identity(model, prefix)
+    identity, source = _backbone_identity(model, prefix, random_init, options.seed)
     weights = resnet_weights(source, prefix)
     run = plan_detectron2_run(options, output, depth=weights.depth)
     if dry_run:
@@ -55,11 +56,14 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
         click.echo(f"report: {report}")
 
 
-def _backbone_identity(model: str, prefix: str | None) -> tuple[dict[str, Any] | None, Any]:
+def _backbone_identity(model: str, prefix: str | None, random_init: bool = False, seed: int = 0
+                       ) -> tuple[dict[str, Any] | None, Any]:
     """What goes into the report as the backbone (the torchvision engine's fields), and what to export.
 
     A zoo name or checkpoint folder is loaded once, as a model whose identity (name, source, weight
-    and file digests) is known; a raw checkpoint file is identified by its path and sha256."""
+    and file digests) is known; a raw checkpoint file is identified by its path and sha256. With
+    ``random_init`` it is the architecture with weights drawn from ``seed``, exactly the torchvision
+    engine's baseline, so both engines start from the same random weights."""
     path = Path(model)
     if path.is_file() or prefix is not None:
         import hashlib
@@ -71,10 +75,10 @@ def _backbone_identity(model: str, prefix: str | None) -> tuple[dict[str, Any] |
             for block in iter(lambda: f.read(1 << 20), b""):
                 digest.update(block)
         return {"name": path.name, "source": str(path.resolve()), "file_sha256": digest.hexdigest()}, model
-    import cl_zoo
+    from cl_zoo.eval.baseline import load_model_or_baseline
     from cl_zoo.eval.features import model_identity
 
-    backbone = cl_zoo.load_model(model)
+    backbone = load_model_or_baseline(model, random_init, seed)
     return model_identity(backbone), backbone
 
 
@@ -86,7 +90,8 @@ def _backbone_identity(model: str, prefix: str | None) -> tuple[dict[str, Any] |
 @click.option("--model", "model_spec", required=True, help="Zoo name, checkpoint folder/file or hf-hub: id.")
 @click.option("--prefix", default=None, help="Key prefix of the encoder inside a raw checkpoint.")
 @click.option("--random-init", is_flag=True,
-              help="torchvision engine: --model's architecture with weights drawn from --seed, the baseline a pretrained backbone is read against.")
+              help="--model's architecture with weights drawn from --seed, the baseline a pretrained backbone is read against "
+                   "(with --engine detectron2 those weights are exported and fine-tuned there).")
 @click.option("--data", "data", multiple=True, help="Training data root (VOC or COCO layout); repeat to concatenate.")
 @click.option("--val-data", default=None, help="Validation root (default: the first --data).")
 @click.option("--train-split", default=None, help="VOC ImageSets name or COCO split (default from --config).")
@@ -135,8 +140,6 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     """
     from cl_zoo.detection.presets import get_preset
 
-    if engine == "detectron2" and random_init:
-        raise ClZooError("--random-init applies to --engine torchvision only (detectron2: leave MODEL.WEIGHTS empty)")
     if random_init and (prefix is not None or Path(model_spec).is_file()):
         raise ClZooError("--random-init takes a zoo name or a checkpoint folder, not a raw checkpoint file")
     if engine == "detectron2":
@@ -153,7 +156,7 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
             checkpoint_period=checkpoint_period, workers=workers, seed=seed, device=device, num_gpus=num_gpus,
             resume=resume, extra=extra,
         )
-        _detectron2(options, model_spec, output, dry_run, prefix)
+        _detectron2(options, model_spec, output, dry_run, prefix, random_init)
         return
     for given, flag in ((num_gpus is not None, "--num-gpus"), (dry_run, "--dry-run"), (bool(extra), "EXTRA after --")):
         if given:
