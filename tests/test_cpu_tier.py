@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -261,14 +262,14 @@ def test_control_runs_go_into_the_card_the_table_and_back(tmp_path: Path) -> Non
     import add_tier_seed
 
     folder = CARDS / "dcl_resnet18.imagenette64_cpu"
-    bundles = [_control_bundle(folder, tmp_path / "bundles", "dcl_150views", seed) for seed in (0, 1)]
+    bundles = [_control_bundle(folder, tmp_path / "bundles", "dcl_150views", seed) for seed in (7, 8)]  # seeds the real card does not hold
     out = tmp_path / "cards"
     assert add_tier_seed.main(["dcl", "--control", str(bundles[1]), "--control", str(bundles[0]), "--out", str(out)]) == 0
     config = json.loads((out / folder.name / "config.json").read_text())
     controls = config["cpu_tier"]["controls"]
-    assert [(c["name"], c["seed"], c["epochs"]) for c in controls] == [("dcl_150views", 0, 75), ("dcl_150views", 1, 75)]
+    assert [(c["name"], c["seed"], c["epochs"]) for c in controls if c["seed"] in (7, 8)] == [("dcl_150views", 7, 75), ("dcl_150views", 8, 75)]
     assert controls[0]["changes"] == {"epochs": [30, 75]} and controls[0]["recipe"] == "recipes/dcl_150views_imagenette64_cpu_tier.yaml"
-    for name in ("eval_knn_dcl_150views_seed0.json", "eval_linear_dcl_150views_seed1.json", "training_log_dcl_150views_seed1.csv"):
+    for name in ("eval_knn_dcl_150views_seed7.json", "eval_linear_dcl_150views_seed8.json", "training_log_dcl_150views_seed8.csv"):
         assert (out / folder.name / name).is_file(), name
     card = (out / folder.name / "README.md").read_text()
     assert "## Controls" in card and "`epochs` 30 → 75" in card
@@ -281,12 +282,12 @@ def test_control_runs_go_into_the_card_the_table_and_back(tmp_path: Path) -> Non
     table = cpu_tier_table.render_controls(out)
     row = next(line for line in table.splitlines() if line.startswith("| DCL, 75 epochs"))
     knn = [json.loads((folder / "eval_knn_seed1.json").read_text())["metrics"]["knn_k200_top1"]] * 2
-    assert "| 2 | " in row and f"{100 * knn[0]:.2f} ± 0.00%" in row and "`epochs` 30 → 75" in row
-    assert row.endswith(f"| {75 * controls[0]['epoch_time_median_s'] / 60:.0f} min |")  # epochs x median, as the tier table
+    assert f"| {len(controls)} | " in row and f"{100 * knn[0]:.2f}% (seed 7)" in row and "`epochs` 30 → 75" in row
+    assert row.endswith(f"| {75 * statistics.median(c['epoch_time_median_s'] for c in controls) / 60:.0f} min |")  # epochs x median, as the tier table
     assert "Not run yet: SimCLR, τ=0.1; CMC, L and ab from one crop." in table
     # Refused: the published recipe with another seed, a control stopped early, a control seed twice.
     plain = _control_bundle(folder, tmp_path / "plain", "dcl", 2)
-    short = _control_bundle(folder, tmp_path / "short", "dcl_150views", 2)
+    short = _control_bundle(folder, tmp_path / "short", "dcl_150views", 9)
     (short / "run" / "metrics.csv").write_text("\n".join((short / "run" / "metrics.csv").read_text().splitlines()[:31]) + "\n")
     for bad in (["--control", str(plain)], ["--control", str(short)], ["--control", str(bundles[0])] * 2):
         with pytest.raises(SystemExit, match="2"):
