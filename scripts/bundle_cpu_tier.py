@@ -208,21 +208,29 @@ def transfer_file(task: str, random_init: bool, seed: int = 0, engine: str = "to
     return f"{base}_seed{seed}.json" if task == "detection" else f"{base}.json"
 
 
-def check_detectron2_transfer(path: Path, scored_files: list[dict[str, str]], seed: int, random_init: bool,
-                              architecture: str) -> dict[str, Any]:
-    """A ``cl-zoo detect --engine detectron2`` BCCD report, refused unless it is these weights (or the
-    seeded random init of this architecture) with the schedule's overrides (``detectron2_overrides``)
-    and the test split evaluated."""
+def detection_report(path: Path, engine: str, scored_files: list[dict[str, str]], random_init: bool,
+                     architecture: str) -> dict[str, Any]:
+    """A ``cl-zoo detect --engine ENGINE`` report fine-tuned from these weights (or the seeded random
+    init of this architecture); either engine's schedule is checked by its caller."""
     report = read_json(path)
     backbone = report.get("backbone") if isinstance(report.get("backbone"), dict) else {}
-    if report.get("task") != "detection" or report.get("engine") != "detectron2":
-        fail(f"{path}: not a cl-zoo detect --engine detectron2 report")
+    if report.get("task") != "detection" or report.get("engine") != engine:
+        fail(f"{path}: not a cl-zoo detect --engine {engine} report")
     if random_init != (backbone.get("source") == "random-init"):
         fail(f"{path}: {'not ' if random_init else ''}a random-init backbone")
     if random_init and backbone.get("architecture") != architecture:
         fail(f"{path}: a random init of {backbone.get('architecture')}, this folder is {architecture}")
     if not random_init and backbone.get("checkpoint_files_sha256") not in scored_files:
         fail(f"{path} was not fine-tuned from the files being published (checkpoint digests differ)")
+    return report
+
+
+def check_detectron2_transfer(path: Path, scored_files: list[dict[str, str]], seed: int, random_init: bool,
+                              architecture: str) -> dict[str, Any]:
+    """A ``cl-zoo detect --engine detectron2`` BCCD report, refused unless it is these weights (or the
+    seeded random init of this architecture) with the schedule's overrides (``detectron2_overrides``)
+    and the test split evaluated."""
+    report = detection_report(path, "detectron2", scored_files, random_init, architecture)
     overrides = report.get("overrides") if isinstance(report.get("overrides"), dict) else {}
     moved = sorted(k for k, v in detectron2_overrides(seed).items() if overrides.get(k) != v)
     if moved or report.get("config_file") != DETECTRON2_CONFIG:
@@ -258,16 +266,7 @@ def check_transfer(path: Path, scored_files: list[dict[str, str]], architecture:
         if report["model"].get("architecture") != architecture:
             fail(f"{path}: measured on {report['model'].get('architecture')}, this folder is {architecture}")
         return task, random_init, 0, report
-    report = read_json(path)
-    backbone = report.get("backbone") if isinstance(report.get("backbone"), dict) else {}
-    if report.get("task") != "detection" or report.get("engine") != "torchvision":
-        fail(f"{path}: not a cl-zoo detect --engine torchvision report")
-    if random_init != (backbone.get("source") == "random-init"):
-        fail(f"{path}: {'not ' if random_init else ''}a random-init backbone")
-    if random_init and backbone.get("architecture") != architecture:
-        fail(f"{path}: a random init of {backbone.get('architecture')}, this folder is {architecture}")
-    if not random_init and backbone.get("checkpoint_files_sha256") not in scored_files:
-        fail(f"{path} was not fine-tuned from the files being published (checkpoint digests differ)")
+    report = detection_report(path, "torchvision", scored_files, random_init, architecture)
     config = report.get("config") if isinstance(report.get("config"), dict) else {}
     expected = {k: v for k, v in BCCD_SCHEDULE.items() if k not in ("train_split", "val_split")}
     moved = {k: (config.get(k), v) for k, v in expected.items() if config.get(k) != v}
