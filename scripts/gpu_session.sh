@@ -9,8 +9,8 @@
 # 2. throughput, same GPU, same run: `benchmarks/pretrain_throughput.py` (DCL, ResNet-18 CIFAR stem,
 #    batch 512, bf16) prints cl-zoo's in-memory device pipeline against a torchvision-DataLoader
 #    baseline, their ratio and the step's achieved TFLOP/s;
-# 3. every method learns: each CIFAR-10 recipe for $EPOCHS epochs (its schedule shortened to them,
-#    otherwise unchanged), the run's own kNN monitor (k=20, 200, T=0.1; bank: the 50,000 training
+# 3. every method learns: each CIFAR-10 recipe for $EPOCHS epochs (its schedule, warm-up included, shortened
+#    to them in proportion, otherwise unchanged), the run's own kNN monitor (k=20, 200, T=0.1; bank: the 50,000 training
 #    images, queries: the 10,000 test images) halfway and at the end, and `cl-zoo knn --random-init` for the
 #    baseline; $OUT/summary.tsv holds one line per method.
 # 4. if time is left, the throughput again with --compile.
@@ -72,10 +72,12 @@ for m in $METHODS; do
     time_left || { echo "skipped $m: past the ${DEADLINE_S}s deadline"; printf '%s\t-\t-\t-\t-\tskipped\n' "$m" >> "$OUT/summary.tsv"; continue; }
     run=$RUNS/$m
     rm -rf "$run"
+    # the recipe's schedule shortened to $EPOCHS epochs: warm-up scaled by the same factor (SiMo's 10 of 200 -> 0.4 of 8)
+    warmup=$("$PY" -c "import sys; from cl_zoo.train.recipe import Recipe; r = Recipe.load(sys.argv[1]); print(round(r.schedule.warmup_epochs * int(sys.argv[2]) / r.epochs, 3))" "recipes/${m}_cifar10.yaml" "$EPOCHS")
     t0=$(date +%s)
     timeout "$METHOD_TIMEOUT_S" "$PY" -m cl_zoo.cli pretrain --recipe "recipes/${m}_cifar10.yaml" --data "$ARCHIVE" \
         --val "$ARCHIVE" --out "$run" --epochs "$EPOCHS" --knn-every "$(( EPOCHS > 1 ? EPOCHS / 2 : 1 ))" --device "$DEVICE" --no-progress --workers 16 \
-        ${PRE_EXTRA[@]+"${PRE_EXTRA[@]}"} > "$LOGS/pretrain_$m.log" 2>&1
+        --set "schedule.warmup_epochs=$warmup" ${PRE_EXTRA[@]+"${PRE_EXTRA[@]}"} > "$LOGS/pretrain_$m.log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - t0 ))
     grep -E '^epoch ' "$LOGS/pretrain_$m.log" | tail -n 2
