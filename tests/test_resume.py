@@ -151,3 +151,34 @@ def test_kill_mid_epoch_with_step_checkpoints_resumes_mid_epoch_bit_for_bit(tmp_
         torch.testing.assert_close(b["model"][key], value, rtol=0, atol=0, msg=key)
     loss = lambda d: [float(r.split(",")[1]) for r in (d / "metrics.csv").read_text().splitlines()[1:]]  # noqa: E731
     assert loss(killed_dir) == loss(tmp_path / "full")  # epoch 2's mean loss includes the steps before the kill
+
+
+def test_a_collapsed_run_says_so_after_each_epoch(tmp_path, folder, monkeypatch, capsys):
+    """A head whose last layer outputs a constant maps every image to one point (a real collapse: DCL's
+    gradient is zero there, so it stays); the run must say so in a warning line, a healthy one must not."""
+    from cl_zoo.train.loop import COLLAPSE_POS_SIM, Trainer, collapse_warning
+    from cl_zoo.train.recipe import Recipe
+
+    monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path / "cache"))
+    recipe = Recipe.from_dict({
+        "method": "dcl", "arch": "pixels", "model_args": {"input_size": 16},
+        "method_args": {"head_hidden_dim": 16, "head_out_dim": 8}, "data": {"image_size": 16, "augment": "cifar"},
+        "epochs": 2, "batch_size": 16, "knn_every": 0, "workers": 1,
+    })
+    healthy = Trainer(recipe, folder, tmp_path / "healthy", progress=False)
+    healthy.fit()
+    assert "collapsed" not in capsys.readouterr().out
+
+    collapsed = Trainer(recipe, folder, tmp_path / "collapsed", progress=False)
+    last = [m for m in collapsed.method.head.modules() if isinstance(m, torch.nn.Linear)][-1]
+    with torch.no_grad():
+        last.weight.zero_()
+        last.bias.copy_(torch.linspace(-1, 1, last.bias.numel()))
+    collapsed.fit()
+    lines = [line for line in capsys.readouterr().out.splitlines() if "collapsed" in line]
+    assert [line.split(":")[0] for line in lines] == ["warning", "warning"]
+    assert "epoch 1:" in lines[0] and "epoch 2:" in lines[1] and "schedule.warmup_epochs" in lines[0]
+
+    assert collapse_warning(3, COLLAPSE_POS_SIM - 1e-4) is None and collapse_warning(3, None) is None
+    assert collapse_warning(3, float("nan")) is None
+    assert collapse_warning(3, 0.9996).startswith("warning: epoch 3: the embeddings collapsed (mean cosine between an image's views 0.9996)")

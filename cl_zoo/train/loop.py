@@ -54,6 +54,25 @@ KNN_KS = (20, 200)
 KNN_TEMPERATURE = 0.1
 MONITOR_BANK_MAX = 20_000  # train images decoded for the kNN monitor on the streaming path
 HOLDOUT_FRACTION = 0.05
+# Mean cosine between an image's two embeddings above which an epoch is reported as collapsed. A healthy
+# contrastive run keeps its augmented views apart (the CPU tier's runs: at most 0.91 at any logged step,
+# 0.73-0.80 at the end); a collapsed one
+# maps every image to the same point, so its views agree to 0.9999 and its loss has no gradient left
+# (the first GPU run's DCL: loss log(2N-2) from epoch 1 on).
+COLLAPSE_POS_SIM = 0.999
+
+
+def collapse_warning(epoch: int, mean_pos_sim: float | None) -> str | None:
+    """The one-line warning for an epoch whose embeddings collapsed, or None.
+
+    Why a warning and not an error: a collapse this deep never recovers on its own, but the run's
+    checkpoints and logs are what the user needs to diagnose it, so the run goes on and says so on
+    every epoch line's heels instead of hiding the failure until the kNN monitor (or a user) looks."""
+    if mean_pos_sim is None or not mean_pos_sim >= COLLAPSE_POS_SIM:
+        return None
+    return (f"warning: epoch {epoch}: the embeddings collapsed (mean cosine between an image's views {mean_pos_sim:.4f}): "
+            "every image maps to nearly the same point and the loss cannot fall; lower the lr, add warm-up "
+            "(--set schedule.warmup_epochs=10) or BatchNorm in the head (--set method_args.head_bn=true)")
 
 
 class NonFiniteLossError(ClZooError):
@@ -502,6 +521,7 @@ class Trainer:
                         bar.update(start_step)
                 resumed_seen = seen  # throughput counts this process's steps only
                 lr = peak_lr
+                pos_sims: list[float] = []
                 for i, (index, views) in enumerate(self.batches.epoch(epoch, start_step), start=start_step):
                     if kill_at is not None and global_step == kill_at:
                         os.kill(os.getpid(), signal.SIGKILL)
@@ -512,6 +532,8 @@ class Trainer:
                         views = [v.contiguous(memory_format=torch.channels_last) for v in views]
                     with torch.autocast(env.device.type, dtype=self.autocast_dtype, enabled=self.amp):
                         loss, logs = self.model(views, index, progress_)
+                    if "pos_sim" in logs:
+                        pos_sims.append(float(logs["pos_sim"]))
                     if nan_at is not None and global_step == nan_at:
                         loss = loss * float("nan")
                     loss_value = launch.all_reduce_mean(env, loss.detach().float())
@@ -559,6 +581,9 @@ class Trainer:
                     logger.log_epoch(epoch + 1, row)
                     msg = " ".join(f"{k}={v:.4g}" for k, v in row.items())
                     print(f"epoch {epoch + 1}/{r.epochs} {msg}", flush=True)
+                    warning = collapse_warning(epoch + 1, sum(pos_sims) / len(pos_sims) if pos_sims else None)
+                    if warning:
+                        print(warning, flush=True)
                 self._save(epoch + 1, global_step, [{k: v for k, v in h.items()} for h in history])
                 launch.barrier(env)
             model_dir = self._export(last_knn, logger) if (self.export and env.is_main) else None
