@@ -22,6 +22,15 @@
 #   METHOD_TIMEOUT_S (default 75), BENCH_ARGS (extra benchmark options, for a CPU rehearsal), PRETRAIN_ARGS
 #   (extra pretrain options), METHODS (default: the eight CIFAR-10 recipes), DEADLINE_S (default 520:
 #   steps that would start after it are skipped).
+#
+# From a developer machine through the device tool (what the 2026-11-26 session did, 11 of its 15 device minutes):
+#   - the checkout is ~180 MB with the bundled weights, over the tool's 64 MiB: for the call only,
+#     `echo '/model_cards/**/*.safetensors' >> .git/info/exclude; git rm -q --cached model_cards/*/*.safetensors`,
+#     and afterwards `git reset -q` and drop that exclude line (the files never leave the disk);
+#   - `.data/cifar10-jpeg.tar.gz` (copy of ../shared/datasets/) and `.whl/` (faiss-cpu, webdataset, braceexpand wheels
+#     for cp312 manylinux: the device's python has the rest) both in .git/info/exclude, named in the call's carry;
+#   - command: python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+#     export PYTHONPATH=/tmp/site:$PWD && bash scripts/gpu_session.sh   (timeout_s 600; it ends by ~580 s)
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
