@@ -56,9 +56,8 @@ MONITOR_BANK_MAX = 20_000  # train images decoded for the kNN monitor on the str
 HOLDOUT_FRACTION = 0.05
 # Mean cosine between an image's two embeddings above which an epoch is reported as collapsed. A healthy
 # contrastive run keeps its augmented views apart (the CPU tier's runs: at most 0.91 at any logged step,
-# 0.73-0.80 at the end); a collapsed one
-# maps every image to the same point, so its views agree to 0.9999 and its loss has no gradient left
-# (the first GPU run's DCL: loss log(2N-2) from epoch 1 on).
+# 0.73-0.80 at the end); a collapsed one maps every image to the same point, so its views agree to 0.9999
+# and its loss has no gradient left (the first GPU run's DCL: loss log(2N-2) from epoch 1 on).
 COLLAPSE_POS_SIM = 0.999
 
 
