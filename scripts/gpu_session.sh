@@ -34,6 +34,8 @@
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
+# shellcheck source=scripts/supervise_pretrain.sh
+. scripts/supervise_pretrain.sh
 OUT=${OUT:-$ROOT/gpu-out}
 PY=${PYTHON:-python3}
 DEVICE=${DEVICE:-cuda}
@@ -89,7 +91,7 @@ for m in $METHODS; do
     esac
     rm -rf "$run"
     # the recipe's schedule shortened to $EPOCHS epochs: warm-up scaled by the same factor (SiMo's 10 of 200 -> 0.4 of 8)
-    warmup=$("$PY" -c "import sys; from cl_zoo.train.recipe import Recipe; r = Recipe.load(sys.argv[1]); print(round(r.schedule.warmup_epochs * int(sys.argv[2]) / r.epochs, 3))" "recipes/${m}_cifar10.yaml" "$epochs")
+    warmup=$(scaled_warmup "$PY" "recipes/${m}_cifar10.yaml" "$epochs")
     t0=$(date +%s)
     timeout "$METHOD_TIMEOUT_S" "$PY" -m cl_zoo.cli pretrain --recipe "recipes/${m}_cifar10.yaml" --data "$ARCHIVE" \
         --val "$ARCHIVE" --out "$run" --epochs "$epochs" --knn-every "$(( epochs > 1 ? epochs / 2 : 1 ))" --device "$DEVICE" --no-progress --workers 16 \

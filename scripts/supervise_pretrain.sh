@@ -28,3 +28,10 @@ supervise_pretrain() {
     tail -n 5 "$log"
     echo "pretraining $STATUS after $(( $(date +%s) - start ))s"
 }
+
+# scaled_warmup PY RECIPE EPOCHS: the recipe's warm-up epochs scaled to a schedule shortened to EPOCHS
+# (SiMo's 10 of 200 -> 0.4 of 8), so a run cut to fit a machine keeps the recipe's shape instead of
+# being refused for a warm-up longer than the whole run.
+scaled_warmup() {
+    "$1" -c "import sys; from cl_zoo.train.recipe import Recipe; r = Recipe.load(sys.argv[1]); print(round(r.schedule.warmup_epochs * int(sys.argv[2]) / r.epochs, 3))" "$2" "$3"
+}

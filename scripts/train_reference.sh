@@ -11,7 +11,7 @@
 #   $OUT/<method>/reports/      knn.json, linear.json (float32) and knn_fp16.json, linear_fp16.json (the
 #                               float16 copy; the script fails if a top-1 moves by more than 0.1 point)
 # Environment:
-#   EPOCHS       override the recipe's epochs (to fit the machine's time limit)
+#   EPOCHS       override the recipe's epochs (to fit the machine's time limit; its warm-up shrinks in proportion)
 #   BUDGET_S     seconds allowed for pretraining (default 420); at the deadline the run is stopped
 #                and the last completed epoch's checkpoint is exported instead
 #   RUN_ROOT     where the run folder lives (default /tmp/cl-zoo-reference)
@@ -43,7 +43,8 @@ mkdir -p "$DEST/logs" "$DEST/reports" "$DEST/run"
 export CL_ZOO_CACHE=${CL_ZOO_CACHE:-/tmp/cl-zoo-cache}
 
 EXTRA=("$@")
-[ -n "${EPOCHS:-}" ] && EXTRA+=(--epochs "$EPOCHS")
+# the caller's own options come last, so their --set schedule.warmup_epochs=... wins over the scaled one
+[ -n "${EPOCHS:-}" ] && EXTRA=(--epochs "$EPOCHS" --set "schedule.warmup_epochs=$(scaled_warmup "$PY" "$RECIPE" "$EPOCHS")" ${EXTRA[@]+"${EXTRA[@]}"})
 RESUME=()
 [ -f "$RUN/checkpoint.pt" ] && RESUME=(--resume)
 
