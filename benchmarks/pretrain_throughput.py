@@ -38,7 +38,6 @@ from typing import Iterator
 
 import numpy as np
 import torch
-import yaml
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
@@ -47,7 +46,7 @@ from cl_zoo.data.augment import AugmentConfig
 from cl_zoo.methods import build_method_from_recipe
 from cl_zoo.train.data import InMemoryBatches, augment_configs
 from cl_zoo.train.optim import build_optimizer
-from cl_zoo.train.recipe import Recipe
+from cl_zoo.train.recipe import Recipe, parse_overrides
 
 
 class _PILViews(Dataset):
@@ -155,10 +154,8 @@ def compare_precisions(args: argparse.Namespace) -> None:
 
     device = resolve_device(args.device)
     recipe = Recipe.load(args.recipe or "dcl_imagenette64_cpu")
-    overrides = {"batch_size": args.batch_size if args.batch_size != 512 else None, "data.image_size": args.image_size}
-    for item in args.sets:
-        key, _, value = item.partition("=")
-        overrides[key] = yaml.safe_load(value)
+    overrides = {"batch_size": args.batch_size if args.batch_size != 512 else None, "data.image_size": args.image_size,
+                 **parse_overrides(args.sets)}
     recipe = recipe.with_overrides(overrides)
     size, batch = recipe.data.image_size, recipe.batch_size
     shared = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "imagenette128-train.tar.gz"
@@ -237,10 +234,8 @@ def main() -> None:
     default_recipe = RECIPES_DIR / f"{args.method}_cifar10.yaml"
     recipe = Recipe.load(args.recipe) if args.recipe else (Recipe.load(default_recipe) if default_recipe.is_file() else Recipe(method=args.method))
     overrides = {"method": args.method, "arch": args.arch, "batch_size": args.batch_size,
-                 "data.image_size": args.image_size, "precision": args.precision, "compile": args.compile or None}
-    for item in args.sets:
-        key, _, value = item.partition("=")
-        overrides[key] = yaml.safe_load(value)
+                 "data.image_size": args.image_size, "precision": args.precision, "compile": args.compile or None,
+                 **parse_overrides(args.sets)}
     recipe = recipe.with_overrides(overrides)
     size, batch = recipe.data.image_size, recipe.batch_size
     precision = resolve_precision(recipe.precision, device, training=True)

@@ -21,14 +21,15 @@ from __future__ import annotations
 import argparse
 
 import torch
-import yaml
 
 from cl_zoo.data.memory import decode_to_tensor
+from cl_zoo.errors import ClZooError
 from cl_zoo.methods import build_method_from_recipe
 from cl_zoo.train.data import InMemoryBatches, augment_configs
 from cl_zoo.train.loop import open_train_data
+from cl_zoo.precision import resolve_precision
 from cl_zoo.train.optim import build_optimizer, lr_factor, set_lr
-from cl_zoo.train.recipe import Recipe
+from cl_zoo.train.recipe import Recipe, parse_overrides
 
 
 def main() -> None:
@@ -44,11 +45,10 @@ def main() -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    overrides = {}
-    for item in args.sets:
-        key, _, value = item.partition("=")
-        overrides[key] = yaml.safe_load(value)
-    recipe = Recipe.load(args.recipe).with_overrides(overrides)
+    try:
+        recipe = Recipe.load(args.recipe).with_overrides(parse_overrides(args.sets))
+    except ClZooError as exc:
+        raise SystemExit(f"error: {exc}") from None
     size = recipe.data.image_size
     method = build_method_from_recipe(recipe)
     images = decode_to_tensor(open_train_data(args.data).paths[: args.images], size)
@@ -58,14 +58,14 @@ def main() -> None:
     optimizer = build_optimizer(recipe, method.parameter_groups(recipe.optim.weight_decay))
     batches = InMemoryBatches(images, configs, recipe.batch_size, 0, 1, recipe.seed)
     steps_per_epoch = len(images) // recipe.batch_size
-    amp = torch.backends.mkldnn.is_available() and recipe.precision in ("auto", "bf16")
+    amp = resolve_precision(recipe.precision, "cpu", training=True) == "bf16"  # the trainer's own choice on this CPU
     print(f"{recipe.method} {recipe.arch}, {len(images)} images, batch {recipe.batch_size}, peak lr {recipe.effective_lr:g}, "
           f"warm-up {recipe.schedule.warmup_epochs:g} epochs of {steps_per_epoch} steps, bf16 autocast {amp}")
     method.train()
     step = epoch = 0
     while step < args.steps:
-        for index, views in batches.epoch(epoch):
-            progress = epoch + step % steps_per_epoch / steps_per_epoch  # in epochs, as the trainer passes it
+        for i, (index, views) in enumerate(batches.epoch(epoch)):
+            progress = epoch + i / steps_per_epoch  # in epochs, as the trainer passes it
             lr = recipe.effective_lr * lr_factor(recipe, step, steps_per_epoch)
             set_lr(optimizer, lr)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):

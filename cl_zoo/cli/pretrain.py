@@ -17,22 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import yaml
 
 from cl_zoo.errors import ClZooError
-
-
-def _parse_set(items: tuple[str, ...]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ClZooError(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ClZooError(f"--set {key}: cannot parse value {value!r}") from None
-    return out
 
 
 @click.command(context_settings={"show_default": True})
@@ -70,14 +56,14 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
                      knn_every, checkpoint_every, seed, workers, compile_, sync_bn, sets, resume, device, stream, no_progress) -> int:  # noqa: ANN001
     """Pretrain a backbone with a contrastive method and export it in the zoo's format."""
     from cl_zoo.train.loop import Trainer
-    from cl_zoo.train.recipe import Recipe
+    from cl_zoo.train.recipe import Recipe, parse_overrides
 
     overrides: dict[str, object] = {
         "method": method, "arch": arch, "epochs": epochs, "batch_size": batch_size, "optim.lr": lr,
         "data.image_size": image_size, "precision": precision, "knn_every": knn_every, "checkpoint_every": checkpoint_every, "seed": seed,
         "workers": workers, "compile": compile_, "sync_bn": sync_bn,
     }
-    overrides.update(_parse_set(sets))
+    overrides.update(parse_overrides(sets))
     run_dir = Path(out)
     saved = run_dir / "recipe.yaml"
     if recipe_path:

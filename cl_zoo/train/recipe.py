@@ -35,7 +35,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Iterable, Literal, Mapping
 
 import yaml
 
@@ -199,6 +199,22 @@ class Recipe:
         if self.optim.lr_scaling == "linear":
             return self.optim.lr * self.batch_size / self.optim.base_batch
         return self.optim.lr
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, object]:
+    """``KEY=VALUE`` strings (``--set``) as recipe overrides, values read as YAML scalars; a malformed
+    item is a one-line :class:`ClZooError`. Shared by ``cl-zoo pretrain`` and the scripts that build a
+    recipe from the same options, so they all accept and refuse the same things."""
+    out: dict[str, object] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ClZooError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            raise ClZooError(f"--set {key}: cannot parse value {value!r}") from None
+    return out
 
 
 def resolve_recipe_path(path_or_name: str | Path) -> Path:
