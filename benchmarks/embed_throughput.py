@@ -182,7 +182,6 @@ def main() -> int:
     dec_base = decode_only(BaselineDataset(paths, baseline_transform(model)), args.batch, workers)
     print(f"decode only ({workers} workers): cl-zoo draft decode {dec_ours:.1f} images/s, baseline full decode {dec_base:.1f} images/s")
 
-    rows: list[tuple[str, float, float, str]] = []
     before = cpu_seconds()
     base = baseline(model, paths, args.batch, workers, device)
     print(f"baseline torchvision fp32: {base:.2f} images/s, {(cpu_seconds() - before) / len(paths) * 1000:.0f} CPU-ms/image", flush=True)

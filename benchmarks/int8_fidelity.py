@@ -16,6 +16,7 @@ held out for the gate), as ``cl-zoo knn --precision int8`` does. The features ca
 
     python benchmarks/int8_fidelity.py                        # all tier ResNet-18s, ~10 min on 2 cores
     python benchmarks/int8_fidelity.py --models cacr_resnet18.imagenette64_cpu
+    python benchmarks/int8_fidelity.py --candidate bf16   # the same columns for OpenVINO bf16 (no gate)
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def main() -> int:
     parser.add_argument("--data-root", type=Path, default=REPO.parent / "shared" / "datasets")
     parser.add_argument("--models", default=None, help="comma-separated names (default: every tier ResNet-18)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--candidate", choices=("int8", "bf16"), default="int8",
+                        help="the precision compared with OpenVINO fp32 (the columns keep the name int8)")
     args = parser.parse_args()
     if not int8_available():
         print("needs the int8 extra: pip install 'cl-zoo[int8]'", file=sys.stderr)
@@ -76,7 +79,7 @@ def main() -> int:
     for name in names:
         model = cl_zoo.load_model(name)
         out = {}
-        for precision in ("fp32", "int8"):
+        for precision in ("fp32", args.candidate):
             opts = dict(cache=False, workers=2, precision=precision, backend="openvino", calibration=train.paths,
                         calibration_seed=args.seed)
             start = time.perf_counter()
@@ -90,13 +93,13 @@ def main() -> int:
             knn = knn_classify(tr.features, tr.labels, te.features, te.labels, ks=[20, 200], temperature=0.1,
                                num_classes=len(train.classes), use_gpu=False)["metrics"]
             out[precision] = (tr, te, knn, (len(train.paths) + len(test.paths)) / seconds)
-        (tr32, te32, k32, r32), (tr8, te8, k8, r8) = out["fp32"], out["int8"]
+        (tr32, te32, k32, r32), (tr8, te8, k8, r8) = out["fp32"], out[args.candidate]
         gate = (tr8.quantization or {}).get("fidelity", {})
         recall = recall_at_10(tr32.features, te32.features, tr8.features, te8.features)
         worst = min(worst, recall)
         cos = min(min_cosine(tr32.features, tr8.features), min_cosine(te32.features, te8.features))
         key20, key200 = "knn_k20_top1", "knn_k200_top1"
-        row = (name if tr8.precision == "int8" else f"{name} [{tr8.precision}]", f"{gate.get('recall_at_10', float('nan')):.3f}", f"{gate.get('min_cosine', float('nan')):.4f}",
+        row = (name if tr8.precision == args.candidate else f"{name} [{tr8.precision}]", f"{gate.get('recall_at_10', float('nan')):.3f}", f"{gate.get('min_cosine', float('nan')):.4f}",
                f"{recall:.3f}", f"{cos:.4f}", f"{k32[key20]:.2%}", f"{k8[key20]:.2%}", f"{k32[key200]:.2%}",
                f"{k8[key200]:.2%}", f"{(k8[key200] - k32[key200]) * 100:+.2f} pt", f"{r32:.0f}", f"{r8:.0f}")
         print(" | ".join(row), flush=True)

@@ -189,6 +189,18 @@ def test_too_few_images_to_check_fall_back_unless_forced(images: list[str]) -> N
 
 
 @needs_int8
+def test_a_host_transform_model_calibrates_on_what_its_graph_takes(images: list[str]) -> None:
+    """CMC's graph starts after its float32 Lab conversion, so calibration is converted the same way."""
+    torch.manual_seed(0)
+    model = cl_zoo.create_model("cmc_alexnet_cifar_lab").eval()
+    few = images[:20]
+    forced = extract_features(model, few, precision="int8", backend="auto", workers=0, force_int8=True)
+    reference = extract_features(model, few, precision="fp32", backend="torch", workers=0)
+    assert forced.precision == "int8" and forced.features.shape == reference.features.shape
+    assert min_cosine(reference.features, forced.features) > 0.9
+
+
+@needs_int8
 def test_cli_embed_int8_records_the_quantization(images: list[str], tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     from click.testing import CliRunner
 

@@ -180,6 +180,48 @@ def test_cmc_dual_encoder_converts_with_its_lab_conversion(photo_paths):
     assert got.backend == "openvino" and _cos(ref.features, got.features).min() >= 0.9999
 
 
+def test_cmc_lab_conversion_stays_float32_under_bf16_autocast():
+    """Under autocast the RGB -> XYZ product ran in bf16 and moved a by up to 1.2 (of +-128)."""
+    import cl_zoo
+    from cl_zoo.models.cmc_dual import normalized_lab
+
+    torch.manual_seed(0)
+    model = cl_zoo.create_model("cmc_alexnet_cifar_lab").eval()
+    rgb = torch.rand(2, 3, 32, 32)
+    exact = normalized_lab(rgb)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        lab = model.float32_input_transform(rgb)
+        drifted = normalized_lab(rgb)  # what training's forward_views still computes (the tier was trained so)
+    assert lab.dtype == torch.float32 and torch.equal(lab, exact)
+    assert (drifted - exact).abs().max() > 1e-3  # the check above would catch the bf16 path
+    with torch.no_grad():
+        torch.testing.assert_close(model.forward_features(rgb), model.forward_transformed(exact))
+
+
+CMC_CARD = REPO / "model_cards" / "cmc_resnet18.imagenette64_cpu"
+
+
+@needs_openvino
+@pytest.mark.skipif(not (CMC_CARD / "config.json").is_file(), reason="the bundled CMC tier checkpoint is not in this checkout")
+def test_trained_cmc_keeps_its_features_under_openvino_bf16(photo_paths):
+    """The tier CMC's bf16 OpenVINO features were at cosine 0.980 of fp32 (its ab half 0.961) while
+    the graph held the Lab conversion; with the conversion on the host in float32, 0.99998."""
+    import openvino as ov
+
+    import cl_zoo
+    from cl_zoo.backends import openvino as ov_backend
+
+    model = cl_zoo.load_model(str(CMC_CARD))
+    ref = _features(model, photo_paths, "fp32", "torch")
+    got = _features(model, photo_paths, "bf16", "openvino")
+    assert (got.backend, got.precision) == ("openvino", "bf16"), got.backend_reason
+    assert _cos(ref.features, got.features).min() >= 0.999, _cos(ref.features, got.features)
+    inputs = [ov.Core().read_model(str(p / "model.xml")).inputs[0] for p in ov_backend.openvino_cache_dir().iterdir()
+              if (p / "model.xml").is_file()]
+    lab_graphs = [i for i in inputs if i.get_element_type() == ov.Type.f32]  # the others take uint8 NHWC
+    assert "[?,3,64,64]" in {str(i.get_partial_shape()) for i in lab_graphs}  # normalised Lab, NCHW
+
+
 @pytest.mark.slow  # 10-25 s on two shared cores
 def test_knn_on_a_fixed_subset_moves_at_most_half_a_point(default_model, imagenette_val_dir):
     """250 queries, so one flipped image is 0.4 point."""

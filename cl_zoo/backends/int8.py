@@ -232,7 +232,8 @@ def read_fidelity(path: Path) -> Fidelity | None:
 
 
 def quantized_graph(fp32_folder: Path, pixels: np.ndarray, *, threads: int | None = None) -> tuple[Path, Fidelity | None, bool]:
-    """The int8 graph for the fp32 graph in ``fp32_folder`` calibrated on ``pixels`` (uint8 NHWC).
+    """The int8 graph for the fp32 graph in ``fp32_folder`` calibrated on ``pixels`` (the graph's input:
+    uint8 NHWC, or a host transform's float32 output, :mod:`cl_zoo.backends.openvino`).
 
     Returns (folder holding ``model.xml``, the gate's measurement, whether it was made now). The
     first half of ``pixels`` calibrates; the second half, when there are at least

@@ -16,6 +16,14 @@ input size and the OpenVINO version: a retrained checkpoint with the same name n
 graph, and compiling from a cached blob takes well under a second instead of a 5-15 s conversion.
 
 Outputs are always float32, whatever the precision hint ran inside.
+
+A model whose first operations cannot run in bf16 says so by defining
+``float32_input_transform(rgb)`` and ``forward_transformed(x)`` (CMC's RGB -> Lab, whose a and b
+channels are differences of nearly equal cube roots: under the bf16 hint the ab half of the
+tier CMC's features fell to cosine 0.961 of float32, the whole to 0.980). For such a model the
+transform runs on the host in torch float32 (:class:`HostTransform`) and only the rest is converted,
+taking the transform's float32 NCHW output: the same model then keeps 0.996 under bf16, and the
+host-side colour conversion costs less than the bf16 graph saves.
 """
 
 from __future__ import annotations
@@ -69,10 +77,42 @@ class _UInt8Features(nn.Module):
         return out.reshape(out.shape[0], -1)
 
 
-def conversion_key(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float]) -> str:
+class _TransformedFeatures(nn.Module):
+    """The graph of a model with a host-side float32 input transform: ``forward_transformed`` -> ``[B, D]``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.model.forward_transformed(x)
+        return out.reshape(out.shape[0], -1)
+
+
+def has_host_transform(model: nn.Module) -> bool:
+    """Whether ``model`` asks for its input transform to run in float32 outside the converted graph."""
+    return callable(getattr(model, "float32_input_transform", None)) and callable(getattr(model, "forward_transformed", None))
+
+
+class HostTransform:
+    """uint8 NHWC pixels -> normalisation -> the model's ``float32_input_transform``, in torch float32."""
+
+    def __init__(self, model: nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
+        self.transform = model.float32_input_transform
+        self.mean = torch.tensor([m * 255.0 for m in mean]).view(1, 3, 1, 1)
+        self.inv_std = 1.0 / torch.tensor([s * 255.0 for s in std]).view(1, 3, 1, 1)
+
+    def __call__(self, pixels: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            x = (torch.from_numpy(np.ascontiguousarray(pixels)).permute(0, 3, 1, 2).float() - self.mean) * self.inv_std
+            return np.ascontiguousarray(self.transform(x).float().numpy())
+
+
+def conversion_key(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
+                   *, host_transform: bool = False) -> str:
     import openvino
 
-    payload = {
+    payload: dict[str, Any] = {
         "format": CACHE_FORMAT,
         "weights": fingerprint,
         "input": list(input_hw),
@@ -80,13 +120,16 @@ def conversion_key(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[f
         "std": [float(s) for s in std],
         "openvino": openvino.__version__,
     }
+    if host_transform:  # only such models' keys change, so existing caches stay valid
+        payload["host_transform"] = True
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def is_cached(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float]) -> bool:
+def is_cached(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
+              *, host_transform: bool = False) -> bool:
     """Whether a converted graph for these weights and input size is already on disk."""
     try:
-        key = conversion_key(fingerprint, input_hw, mean, std)
+        key = conversion_key(fingerprint, input_hw, mean, std, host_transform=host_transform)
     except ImportError:
         return False
     return (openvino_cache_dir() / key / "model.xml").is_file()
@@ -97,12 +140,17 @@ def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float],
     import openvino as ov
 
     h, w = input_hw
-    wrapped = _UInt8Features(model, mean, std).eval()
-    example = torch.zeros(2, h, w, 3, dtype=torch.uint8)
+    pixels = torch.zeros(2, h, w, 3, dtype=torch.uint8)
+    if has_host_transform(model):
+        wrapped: nn.Module = _TransformedFeatures(model).eval()
+        example = torch.from_numpy(HostTransform(model, mean, std)(pixels.numpy()))
+        graph_input = ([-1, *example.shape[1:]], ov.Type.f32)
+    else:
+        wrapped, example, graph_input = _UInt8Features(model, mean, std).eval(), pixels, ([-1, h, w, 3], ov.Type.u8)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # tracer deprecation and shape-assert chatter, not the user's concern
-            graph = ov.convert_model(wrapped, example_input=example, input=[([-1, h, w, 3], ov.Type.u8)])
+            graph = ov.convert_model(wrapped, example_input=example, input=[graph_input])
     except Exception as exc:  # noqa: BLE001 - any tracer/frontend failure means "not convertible"
         text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         raise ConversionError(f"{type(exc).__name__}: {text}") from None
@@ -168,7 +216,8 @@ class OpenVINORunner:
         self.fidelity = None
         self.int8_folder: Path | None = None
         self.quantized = False  # int8 only: quantized by this call rather than read from the cache
-        self.key = conversion_key(fingerprint, input_hw, mean, std)
+        self.host_transform = HostTransform(model, mean, std) if has_host_transform(model) else None
+        self.key = conversion_key(fingerprint, input_hw, mean, std, host_transform=self.host_transform is not None)
         self.folder = openvino_cache_dir() / self.key
         self.converted = False
         if not (self.folder / "model.xml").is_file():
@@ -177,6 +226,8 @@ class OpenVINORunner:
         graph_folder, compiled_cache = self.folder, self.folder / f"compiled-{precision}"
         if precision == "int8":
             assert calibration is not None
+            if self.host_transform is not None:
+                calibration = self.host_transform(calibration)
             graph_folder, self.fidelity, self.quantized = self._int8(model, input_hw, mean, std, calibration, threads)
             self.int8_folder, compiled_cache = graph_folder, graph_folder / "compiled"
             if not force_int8:
@@ -235,6 +286,8 @@ class OpenVINORunner:
     def __call__(self, pixels: torch.Tensor | np.ndarray) -> np.ndarray:
         """Features ``[B, D]`` float32 of a uint8 ``[B, H, W, 3]`` batch."""
         x = np.ascontiguousarray(pixels.numpy() if isinstance(pixels, torch.Tensor) else pixels)
+        if self.host_transform is not None:
+            x = self.host_transform(x)
         n = len(x)
         out = np.empty((n, self.dim), dtype=np.float32)
         parts = min(self.jobs, n)
@@ -245,4 +298,13 @@ class OpenVINORunner:
         return out
 
 
-__all__ = ["ConversionError", "OpenVINORunner", "conversion_key", "is_cached", "openvino_cache_dir", "save_graph_folder"]
+__all__ = [
+    "ConversionError",
+    "HostTransform",
+    "OpenVINORunner",
+    "conversion_key",
+    "has_host_transform",
+    "is_cached",
+    "openvino_cache_dir",
+    "save_graph_folder",
+]

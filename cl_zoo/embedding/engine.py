@@ -106,10 +106,11 @@ def resolve_engine(
         from cl_zoo.backends import openvino_available
 
         if openvino_available():
-            from cl_zoo.backends.openvino import is_cached
+            from cl_zoo.backends.openvino import has_host_transform, is_cached
 
             pre = Preprocess.from_model(model)
-            cached = is_cached(fingerprint or model_fingerprint(model), pre.crop_size, pre.mean, pre.std)
+            cached = is_cached(fingerprint or model_fingerprint(model), pre.crop_size, pre.mean, pre.std,
+                               host_transform=has_host_transform(model))
     return resolved, resolve_backend(backend, dev, resolved, images=images, cached=cached)
 
 

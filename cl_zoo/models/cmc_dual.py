@@ -23,11 +23,16 @@ from cl_zoo.registry import PretrainedCfg, register_model
 _RGB01 = dict(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
 
 
+def normalized_lab(rgb: torch.Tensor) -> torch.Tensor:
+    """RGB [0, 1] -> Lab ``[B, 3, H, W]`` scaled to about [-1, 1] (float32 inputs; autocast still applies)."""
+    return normalize_lab(rgb_to_lab(rgb.float()))
+
+
 class LabSplit(nn.Module):
     """RGB [0, 1] -> (L [B,1,H,W], ab [B,2,H,W]), each scaled to about [-1, 1]."""
 
     def forward(self, rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lab = normalize_lab(rgb_to_lab(rgb.float()))
+        lab = normalized_lab(rgb)
         return lab[:, :1], lab[:, 1:]
 
 
@@ -49,14 +54,39 @@ class CMCDualEncoder(nn.Module):
         l_view, ab_view = self.to_lab(rgb)
         if ab_rgb is not None:
             ab_view = self.to_lab(ab_rgb)[1]
+        return self._encode(l_view, ab_view)
+
+    def _encode(self, l_view: torch.Tensor, ab_view: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         dtype = next(self.l_encoder.parameters()).dtype
         return (
             self.l_encoder.forward_features(l_view.to(dtype)),
             self.ab_encoder.forward_features(ab_view.to(dtype)),
         )
 
+    def float32_input_transform(self, rgb: torch.Tensor) -> torch.Tensor:
+        """Normalised Lab ``[B, 3, H, W]`` of RGB in [0, 1], in float32 even under autocast.
+
+        a = 500 (fx - fy) and b = 200 (fy - fz) are differences of nearly equal cube roots: in bf16
+        they cancel. Under bf16 autocast the RGB -> XYZ product alone runs in bf16 and moves a by up
+        to 1.2 (of +-128); an OpenVINO graph under the bf16 hint runs all of it in bf16 (the tier
+        CMC's features fell to cosine 0.980 of float32). Inference therefore computes Lab here, and
+        engines that lower precision run this on the host in float32 and convert only
+        :meth:`forward_transformed` (:mod:`cl_zoo.backends.openvino`). Training
+        (:meth:`forward_views`) keeps the autocast behaviour the CPU-tier checkpoints were trained
+        with, so the tier's seeds stay comparable.
+        """
+        device = rgb.device.type
+        if device in ("cpu", "cuda", "xpu", "mps") and torch.is_autocast_enabled(device):
+            with torch.autocast(device, enabled=False):
+                return normalized_lab(rgb)
+        return normalized_lab(rgb)
+
+    def forward_transformed(self, lab: torch.Tensor) -> torch.Tensor:
+        """Features of :meth:`float32_input_transform`'s output (the rest of :meth:`forward_features`)."""
+        return torch.cat(self._encode(lab[:, :1], lab[:, 1:]), dim=1)
+
     def forward_features(self, rgb: torch.Tensor) -> torch.Tensor:
-        return torch.cat(self.forward_views(rgb), dim=1)
+        return self.forward_transformed(self.float32_input_transform(rgb))
 
     def forward(self, rgb: torch.Tensor) -> torch.Tensor:
         return self.forward_features(rgb)
