@@ -63,19 +63,29 @@ def openvino_cache_dir() -> Path:
     return cache_root() / "openvino"
 
 
+class _PixelNormalize(nn.Module):
+    """uint8 NHWC pixels -> normalised NCHW float32: inside the graph, or on the host before a host transform."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.tensor([m * 255.0 for m in mean]).view(1, 3, 1, 1))
+        self.register_buffer("inv_std", 1.0 / torch.tensor([s * 255.0 for s in std]).view(1, 3, 1, 1))
+
+    def forward(self, pixels: torch.Tensor) -> torch.Tensor:
+        return (pixels.permute(0, 3, 1, 2).float() - self.mean) * self.inv_std
+
+
 class _UInt8Features(nn.Module):
     """uint8 NHWC pixels -> normalised NCHW float -> ``forward_features`` -> ``[B, D]``."""
 
     def __init__(self, model: nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
         super().__init__()
         self.model = model
-        self.register_buffer("mean", torch.tensor([m * 255.0 for m in mean]).view(1, 3, 1, 1))
-        self.register_buffer("inv_std", 1.0 / torch.tensor([s * 255.0 for s in std]).view(1, 3, 1, 1))
+        self.normalize = _PixelNormalize(mean, std)
 
     def forward(self, pixels: torch.Tensor) -> torch.Tensor:
-        x = (pixels.permute(0, 3, 1, 2).float() - self.mean) * self.inv_std
         fn = getattr(self.model, "forward_features", self.model)
-        out = fn(x)
+        out = fn(self.normalize(pixels))
         return out.reshape(out.shape[0], -1)
 
 
@@ -101,12 +111,11 @@ class HostTransform:
 
     def __init__(self, model: nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
         self.transform = model.float32_input_transform
-        self.mean = torch.tensor([m * 255.0 for m in mean]).view(1, 3, 1, 1)
-        self.inv_std = 1.0 / torch.tensor([s * 255.0 for s in std]).view(1, 3, 1, 1)
+        self.normalize = _PixelNormalize(mean, std)
 
     def __call__(self, pixels: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            x = (torch.from_numpy(np.ascontiguousarray(pixels)).permute(0, 3, 1, 2).float() - self.mean) * self.inv_std
+            x = self.normalize(torch.from_numpy(np.ascontiguousarray(pixels)))
             return np.ascontiguousarray(self.transform(x).float().numpy())
 
 
@@ -137,15 +146,17 @@ def is_cached(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[float]
     return (openvino_cache_dir() / key / "model.xml").is_file()
 
 
-def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float], folder: Path) -> None:
-    """Convert ``model`` into ``folder`` (created atomically: temporary sibling, then rename)."""
+def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float], folder: Path,
+             host_transform: HostTransform | None) -> None:
+    """Convert ``model`` into ``folder`` (created atomically: temporary sibling, then rename); with
+    ``host_transform`` the graph starts from its output instead of uint8 pixels."""
     import openvino as ov
 
     h, w = input_hw
     pixels = torch.zeros(2, h, w, 3, dtype=torch.uint8)
-    if has_host_transform(model):
+    if host_transform is not None:
         wrapped: nn.Module = _TransformedFeatures(model).eval()
-        example = torch.from_numpy(HostTransform(model, mean, std)(pixels.numpy()))
+        example = torch.from_numpy(host_transform(pixels.numpy()))
         graph_input = ([-1, *example.shape[1:]], ov.Type.f32)
     else:
         wrapped, example, graph_input = _UInt8Features(model, mean, std).eval(), pixels, ([-1, h, w, 3], ov.Type.u8)
@@ -223,7 +234,7 @@ class OpenVINORunner:
         self.folder = openvino_cache_dir() / self.key
         self.converted = False
         if not (self.folder / "model.xml").is_file():
-            _convert(model, input_hw, mean, std, self.folder)
+            _convert(model, input_hw, mean, std, self.folder, self.host_transform)
             self.converted = True
         graph_folder, compiled_cache = self.folder, self.folder / f"compiled-{precision}"
         if precision == "int8":
@@ -254,7 +265,7 @@ class OpenVINORunner:
             if self.converted or precision == "int8":
                 raise ConversionError(f"compile failed ({type(exc).__name__}: {str(exc)[:200]})") from None
             shutil.rmtree(self.folder, ignore_errors=True)
-            _convert(model, input_hw, mean, std, self.folder)
+            _convert(model, input_hw, mean, std, self.folder, self.host_transform)
             self.converted = True
             self.compiled = core.compile_model(core.read_model(str(self.folder / "model.xml")), "CPU", config)
         self.jobs = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
@@ -275,7 +286,7 @@ class OpenVINORunner:
             if self.converted:
                 raise ConversionError(f"int8 quantization failed ({type(exc).__name__}: {str(exc)[:200]})") from None
             shutil.rmtree(self.folder, ignore_errors=True)
-            _convert(model, input_hw, mean, std, self.folder)
+            _convert(model, input_hw, mean, std, self.folder, self.host_transform)
             self.converted = True
             return quantized_graph(self.folder, calibration, threads=threads)
 
