@@ -149,8 +149,21 @@ def top1(report: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in report["metrics"].items() if k.endswith("top1")}
 
 
+def training_device(machine: str) -> str:
+    """``cuda`` or ``cpu``: where a run trained, from its machine line (scripts/train_cpu_tier.sh writes a
+    GPU's as ``NAME (CUDA x, torch y); host CPU ...``, a CPU's as cl-zoo's CPU description)."""
+    return "cuda" if "(CUDA " in machine else "cpu"
+
+
+def device_label(entry: dict[str, Any]) -> str:
+    """``, GPU`` for a seed trained on one (scripts/gpu_tier_runs.sh), else nothing: records made before
+    seeds carried a machine line all trained on CPUs, through scripts/tier_queue.sh."""
+    return ", GPU" if entry.get("device") == "cuda" else ""
+
+
 def other_seed(bundle: Path, method: str, recipe: dict[str, Any], test_files: str) -> tuple[dict[str, Any], dict[str, dict]]:
-    """The float16 scores of the same recipe trained with another seed (an evaluated bundle)."""
+    """The float16 scores of the same recipe trained with another seed (an evaluated bundle), and where and
+    how long it trained when the bundle says (its machine line and training log)."""
     config = read_json(bundle / "model" / "config.json")
     other = dict(config.get("recipe") or {})
     seed = other.get("seed")
@@ -161,7 +174,19 @@ def other_seed(bundle: Path, method: str, recipe: dict[str, Any], test_files: st
     reports = {t: check_report(bundle / "reports" / f"{t}_fp16.json", [dict(config.get("files") or {})]) for t in ("knn", "linear")}
     if reports["knn"]["data"]["test"]["file_list_hash"] != test_files:
         fail(f"{bundle}: scored on other test images")
-    return {"seed": int(seed), "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])}}, reports
+    summary: dict[str, Any] = {"seed": int(seed), "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])}}
+    machine_file = bundle / "logs" / "machine.txt"
+    if machine_file.is_file():
+        machine = machine_file.read_text(encoding="utf-8").strip()
+        summary.update(machine=machine, device=training_device(machine))
+    if config.get("training_precision"):
+        summary["training_precision"] = config["training_precision"]
+    if (bundle / "run" / "metrics.csv").is_file():
+        trained = training_summary(bundle / "run" / "metrics.csv")
+        if trained["epochs"] != other.get("epochs"):
+            fail(f"{bundle}: trained {trained['epochs']} of its recipe's {other.get('epochs')} epochs (rerun train_cpu_tier.sh to finish it)")
+        summary.update({k: trained[k] for k in ("train_time_s", "epoch_time_median_s", "views_per_s")})
+    return summary, reports
 
 
 # Issue 23's transfer protocol (scripts/tier_transfer.py): the one BCCD detection fine-tune every tier
@@ -398,6 +423,7 @@ def control_run(bundle: Path, method: str, recipe: dict[str, Any], test_files: s
         "seed": int(trained.get("seed", 0)),
         "changes": changes,
         "machine": machine_file.read_text(encoding="utf-8").strip(),
+        "device": training_device(machine_file.read_text(encoding="utf-8")),
         "training_precision": config.get("training_precision"),
         **{k: summary[k] for k in ("epochs", "train_time_s", "epoch_time_median_s", "views_per_s")},
         "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])},
@@ -427,7 +453,7 @@ def controls_section(controls: list[dict[str, Any]]) -> str:
             "",
             "| training seed | kNN k=20 top-1 | kNN k=200 top-1 | linear (fast) top-1 | train time | views/s |",
             "|---|---|---|---|---|---|",
-            *(f"| {c['seed']} | {pct(c['fp16_top1'].get('knn_k20_top1'))} | {pct(c['fp16_top1'].get('knn_k200_top1'))} | "
+            *(f"| {c['seed']}{' (GPU)' if device_label(c) else ''} | {pct(c['fp16_top1'].get('knn_k20_top1'))} | {pct(c['fp16_top1'].get('knn_k200_top1'))} | "
               f"{pct(c['fp16_top1'].get('linear_fast_top1'))} | {c['train_time_s'] / 60:.1f} min ({c['epochs']} epochs) | "
               f"{c['views_per_s']:.0f} |" for c in sorted(seeds, key=lambda c: c["seed"])),
             "",
@@ -443,10 +469,12 @@ def evaluation_details(
         value = (report or {}).get("metrics", {}).get(key)
         return "-" if value is None else f"{100 * value:.2f}%"
 
+    trained_on = {o["seed"]: o["machine"].split(";")[0] for o in tier.get("other_seeds") or [] if device_label(o)}
     rows = [
         (f"these float16 weights (training seed {tier.get('seed', 0)})", fp16),
         ("the float32 weights they were cast from", fp32),
-        *((f"the same recipe with training seed {seed} (float16; weights not published)", r) for seed, r in sorted((others or {}).items())),
+        *((f"the same recipe with training seed {seed} (float16; weights not published"
+           f"{'; trained on a GPU: ' + trained_on[seed] if seed in trained_on else ''})", r) for seed, r in sorted((others or {}).items())),
         (f"same architecture, random init (seed {rand['knn'].get('seed', 0)})", rand),
     ]
     table = "| features | kNN k=20 top-1 | kNN k=200 top-1 | linear (fast) top-1 |\n|---|---|---|---|\n" + "\n".join(
@@ -472,7 +500,9 @@ def evaluation_details(
 def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
     minutes = tier["train_time_s"] / 60
     n_seeds = 1 + len(tier.get("other_seeds") or [])
-    seeds = "One seed" if n_seeds == 1 else f"{n_seeds} seeds (the card's other seeds are scored, not published)"
+    on_gpu = [str(o["seed"]) for o in tier.get("other_seeds") or [] if device_label(o)]
+    gpu = f"; seed{'s' if len(on_gpu) > 1 else ''} {' and '.join(on_gpu)} trained with the same recipe on a GPU" if on_gpu else ""
+    seeds = "One seed" if n_seeds == 1 else f"{n_seeds} seeds (the card's other seeds are scored, not published{gpu})"
     return (
         f"**Trained on a CPU**, not a GPU: one of the eight checkpoints of cl-zoo's CPU tier, where SimCLR, MoCo v2, DCL, "
         "DCLW, SiMo, JCL, CMC and CACR are trained with one protocol (Imagenette train, 64 px crops, the MoCo v2 "
@@ -605,6 +635,9 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copy2(b / "reports" / f"{task}_fp16.json", tmp / f"eval_{task}_seed{summary['seed']}.json")
         for b, (entry, _) in zip(args.control, controls):
             shutil.copy2(b / "reports" / f"{task}_fp16.json", tmp / control_files(entry)[task])
+    for b, (summary, _) in zip(args.other_seed, others):
+        if (b / "run" / "metrics.csv").is_file():
+            shutil.copy2(b / "run" / "metrics.csv", tmp / f"training_log_seed{summary['seed']}.csv")
     for b, (entry, _) in zip(args.control, controls):
         shutil.copy2(b / "run" / "metrics.csv", tmp / control_files(entry)["log"])
     for path in transfer_paths:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from bundle_cpu_tier import CONTROLS, read_json  # noqa: E402
+from bundle_cpu_tier import CONTROLS, device_label, read_json  # noqa: E402
 
 METHODS = ("simclr", "mocov2", "dcl", "dclw", "simo", "jcl", "cmc", "cacr")
 LABELS = {"simclr": "SimCLR", "mocov2": "MoCo v2", "dcl": "DCL", "dclw": "DCLW", "simo": "SiMo (EqCo)",
@@ -100,8 +100,9 @@ def render(cards: Path = REPO / "model_cards") -> str:
     ]
     for r in sorted(rows, key=lambda r: -mean_sd(seed_values(r, "knn_k200_top1"))[0]):
         per_seed = ", ".join(
-            f"{pct(v)} (seed {seed})" for seed, v in zip([r.get("seed", 0)] + [o["seed"] for o in r.get("other_seeds") or []],
-                                                         seed_values(r, "knn_k200_top1"))
+            f"{pct(v)} (seed {seed}{label})" for (seed, label), v in zip(
+                [(r.get("seed", 0), "")] + [(o["seed"], device_label(o)) for o in r.get("other_seeds") or []],
+                seed_values(r, "knn_k200_top1"))
         )
         lines.append(
             f"| {LABELS[r['method']]} | `{r['name']}` | {len(seed_values(r, 'knn_k200_top1'))} | "
@@ -147,16 +148,18 @@ def render_controls(cards: Path = REPO / "model_cards") -> str:
         change = "; ".join(f"`{k}` {a} → {b}" for k, (a, b) in seeds[0]["changes"].items())
         versus = rows.get(control.compared_with) if control else None
         own = [[float(e["fp16_top1"][m]) for e in seeds if e["fp16_top1"].get(m) is not None] for m in METRICS]
-        per_seed = ", ".join(f"{pct(e['fp16_top1'].get('knn_k200_top1'))} (seed {e['seed']})" for e in seeds)
+        per_seed = ", ".join(f"{pct(e['fp16_top1'].get('knn_k200_top1'))} (seed {e['seed']}{device_label(e)})" for e in seeds)
         if versus is not None:
             theirs = seed_values(versus, "knn_k200_top1")
             compared = f"{LABELS[versus['method']]}: {spread(theirs)} ({len(theirs)} seed{'s' if len(theirs) != 1 else ''})"
             gap = f"{100 * (mean_sd(theirs)[0] - mean_sd(own[1])[0]):+.2f} pt" if own[1] else "-"
         else:
             compared, gap = "-", "-"
-        # Like the tier table: epochs x the median epoch time (of the seeds' medians), which a run slowed
-        # by other work on the machine for a while (or stopped and resumed) does not move much.
-        minutes = seeds[0]["epochs"] * statistics.median(e["epoch_time_median_s"] for e in seeds) / 60
+        # Like the tier table: epochs x the median epoch time (of the CPU seeds' medians: the column is the
+        # 2-core CPU's time, and a GPU seed's epoch is ten times shorter), which a run slowed by other work
+        # on the machine for a while (or stopped and resumed) does not move much.
+        on_cpu = [e for e in seeds if not device_label(e)] or seeds
+        minutes = seeds[0]["epochs"] * statistics.median(e["epoch_time_median_s"] for e in on_cpu) / 60
         lines.append(
             f"| {label} | {change} | {LABELS[control.compared_with] if control else '-'} | {len(seeds)} | "
             + " | ".join(spread(v) for v in own)

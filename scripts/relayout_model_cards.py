@@ -60,8 +60,17 @@ def bundle_from_folder(folder: Path, work: Path) -> list[str]:
         for task in ("knn", "linear"):
             shutil.copy2(folder / f"eval_{task}_seed{seed}.json", other / "reports" / f"{task}_fp16.json")
         files = read_json(report)["model"]["checkpoint_files_sha256"]
+        record = next((o for o in config["cpu_tier"].get("other_seeds") or [] if o["seed"] == seed), {})
         other_config = {"files": files, "recipe": {**config["recipe"], "seed": seed}}
+        if record.get("training_precision"):
+            other_config["training_precision"] = record["training_precision"]
         (other / "model" / "config.json").write_text(json.dumps(other_config), encoding="utf-8")
+        if record.get("machine"):  # seeds recorded with where they trained (older records: all on CPUs)
+            (other / "logs").mkdir()
+            (other / "logs" / "machine.txt").write_text(record["machine"] + "\n", encoding="utf-8")
+        if (folder / f"training_log_seed{seed}.csv").is_file():
+            (other / "run").mkdir()
+            shutil.copy2(folder / f"training_log_seed{seed}.csv", other / "run" / "metrics.csv")
         args += ["--other-seed", str(other)]
     for entry in config["cpu_tier"].get("controls") or []:  # control runs: reports, training log, recipe
         files = bundle_cpu_tier.control_files(entry)

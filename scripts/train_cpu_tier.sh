@@ -25,7 +25,7 @@
 # Writes:
 #   $RUN_ROOT/METHOD/               the run (checkpoint.pt, metrics.csv, curves.png, model/)
 #   $OUT/METHOD_resnet18.imagenette64_cpu/model/    the float16 bundle: weights, config, card
-#   $OUT/METHOD_resnet18.imagenette64_cpu/{logs,reports,run}/   logs (machine.txt: the CPU), JSON reports, recipe/curve copies
+#   $OUT/METHOD_resnet18.imagenette64_cpu/{logs,reports,run}/   logs (machine.txt: the CPU, or the GPU and its host), JSON reports, recipe/curve copies
 # Then `python scripts/bundle_cpu_tier.py METHOD --random-init DIR` publishes it under model_cards/.
 # (CMC's bundle is named cmc_resnet18.imagenette64_cpu too: its backbone is cmc_resnet18_lab, the L/ab
 # pair at ResNet-18's parameter count.)
@@ -78,8 +78,14 @@ RESUME=()
 [ -f "$RUN/checkpoint.pt" ] && RESUME=(--resume)
 
 echo "== pretrain $METHOD ($RECIPE) -> $RUN ${RESUME[*]:-} ${EXTRA[*]:-}"
-# The card's machine line (scripts/bundle_cpu_tier.py): the CPU as cl-zoo's precision policy sees it.
-"$PY" -c "from cl_zoo.precision import cpu_capability; print(cpu_capability().describe())" > "$DEST/logs/machine.txt"
+# The card's machine line (scripts/bundle_cpu_tier.py): the CPU as cl-zoo's precision policy sees it, and the
+# GPU first where pretrain's default --device auto trains on one (scripts/gpu_tier_runs.sh).
+"$PY" -c "
+import torch
+from cl_zoo.precision import cpu_capability
+cpu = cpu_capability().describe()
+print(f'{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}, torch {torch.__version__}); host CPU {cpu}' if torch.cuda.is_available() else cpu)
+" > "$DEST/logs/machine.txt"
 echo "machine: $(cat "$DEST/logs/machine.txt")"
 START=$(date +%s)
 # setsid: the run gets its own process group, so a deadline stops it (and only it) cleanly.

@@ -296,6 +296,52 @@ def test_control_runs_go_into_the_card_the_table_and_back(tmp_path: Path) -> Non
         assert not (tmp_path / "refused" / folder.name).exists()
 
 
+GPU_MACHINE = "NVIDIA H200 (CUDA 13.0, torch 2.11.0+cu130); host CPU a test CPU (16 usable cores)"
+
+
+@pytest.mark.skipif(not (CARDS / "dcl_resnet18.imagenette64_cpu" / "eval_knn_seed1.json").is_file(), reason="needs DCL's seed 1")
+def test_a_seed_trained_on_a_gpu_says_so_in_the_card_and_the_tables(tmp_path: Path) -> None:
+    """scripts/gpu_tier_runs.sh: a seed's machine line names its GPU; the card records where and how long
+    it trained (and its training log), labels it, rebuilds itself from itself, and the tables mark it;
+    the controls' train-time column stays the CPU seeds' time."""
+    import add_tier_seed
+
+    folder = CARDS / "dcl_resnet18.imagenette64_cpu"
+    seed = _control_bundle(folder, tmp_path / "bundles", "dcl", 7)  # the published recipe, seed 7: another seed
+    (seed / "logs" / "machine.txt").write_text(GPU_MACHINE + "\n")
+    header, *rows = (seed / "run" / "metrics.csv").read_text().splitlines()
+    (seed / "run" / "metrics.csv").write_text("\n".join([header, *(",".join(r.split(",")[:5] + ["2.5"] + r.split(",")[6:]) for r in rows)]) + "\n")
+    control = _control_bundle(folder, tmp_path / "bundles", "dcl_150views", 8)
+    (control / "logs" / "machine.txt").write_text(GPU_MACHINE + "\n")
+    assert bundle_cpu_tier.training_device(GPU_MACHINE) == "cuda"
+    assert bundle_cpu_tier.training_device("AMD EPYC (2 usable cores, AVX512, bf16 units: AVX512_BF16)") == "cpu"
+    out = tmp_path / "cards"
+    assert add_tier_seed.main(["dcl", str(seed), "--control", str(control), "--out", str(out)]) == 0
+    config = json.loads((out / folder.name / "config.json").read_text())
+    record = next(o for o in config["cpu_tier"]["other_seeds"] if o["seed"] == 7)
+    assert record["machine"] == GPU_MACHINE and record["device"] == "cuda" and record["training_precision"] == "bf16"
+    assert record["epoch_time_median_s"] == 2.5 and record["train_time_s"] == 2.5 * 30
+    assert (out / folder.name / "training_log_seed7.csv").read_text() == (seed / "run" / "metrics.csv").read_text()
+    assert next(c for c in config["cpu_tier"]["controls"] if c["seed"] == 8)["device"] == "cuda"
+    card = (out / folder.name / "README.md").read_text()
+    assert "training seed 7 (float16; weights not published; trained on a GPU: NVIDIA H200 (CUDA 13.0, torch 2.11.0+cu130))" in card
+    assert "| 8 (GPU) |" in card
+    # rebuilt from itself: the seed's machine line and log come back, byte for byte
+    again = tmp_path / "again"
+    assert add_tier_seed.main(["dcl", "--cards", str(out), "--out", str(again)]) == 0
+    for file in sorted(p.name for p in (out / folder.name).iterdir()):
+        assert (again / folder.name / file).read_bytes() == (out / folder.name / file).read_bytes(), file
+    assert "(seed 7, GPU)" in cpu_tier_table.render(out)
+    row = next(line for line in cpu_tier_table.render_controls(out).splitlines() if line.startswith("| DCL, 75 epochs"))
+    assert "(seed 8, GPU)" in row
+    on_cpu = [c for c in config["cpu_tier"]["controls"] if c.get("device") != "cuda"]
+    assert row.endswith(f"| {75 * statistics.median(c['epoch_time_median_s'] for c in on_cpu) / 60:.0f} min |")
+    # a seed stopped short of its recipe's epochs is refused
+    (seed / "run" / "metrics.csv").write_text("\n".join([header, *rows[:3]]) + "\n")
+    with pytest.raises(SystemExit, match="2"):
+        add_tier_seed.main(["dcl", str(seed), "--out", str(tmp_path / "refused")])
+
+
 @pytest.mark.parametrize("name", [n for n in TIER if get_pretrained(n).arch == "resnet18"])
 def test_exports_to_torchvision_timm_and_detectron2(name: str, tmp_path: Path) -> None:
     model = cl_zoo.create_model(name, pretrained=True).eval()
