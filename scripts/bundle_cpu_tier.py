@@ -497,6 +497,15 @@ def evaluation_details(
     )
 
 
+# What a method's tier runs were trained with that cl-zoo has changed since (the card says so, because a
+# rerun of the recipe with today's cl-zoo is then not the same computation).
+TRAINING_NOTES = {
+    "cmc": "Its seeds and the shared-crop control's trained with bf16 autocast running the RGB -> XYZ product of "
+           "the Lab conversion in bf16 (a off by up to 1.2 of +-128); cl-zoo converts in float32 since, in "
+           "training as in inference (cl_zoo.models.cmc_dual.float32_lab), so a rerun today is not bit-comparable.",
+}
+
+
 def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
     minutes = tier["train_time_s"] / 60
     n_seeds = 1 + len(tier.get("other_seeds") or [])
@@ -511,7 +520,7 @@ def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
         f"re-run on a laptop. Machine: {tier['machine']}; training precision {tier['training_precision']}. "
         f"{tier['epochs']} epochs took {minutes:.1f} min of wall time, summed over the epochs, including any epoch slowed or paused by other work on the machine (median epoch {tier['epoch_time_median_s']:.0f} s: "
         f"{tier['images_per_s']:.0f} images/s, {tier['views_per_s']:.0f} views/s). {seeds} at 64 px on 10 classes is not the paper's setting: read the "
-        "numbers as this budget's, not the method's ceiling."
+        "numbers as this budget's, not the method's ceiling." + (f" {TRAINING_NOTES[method]}" if method in TRAINING_NOTES else "")
     )
 
 

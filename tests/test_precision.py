@@ -181,7 +181,8 @@ def test_cmc_dual_encoder_converts_with_its_lab_conversion(photo_paths):
 
 
 def test_cmc_lab_conversion_stays_float32_under_bf16_autocast():
-    """Under autocast the RGB -> XYZ product ran in bf16 and moved a by up to 1.2 (of +-128)."""
+    """Under autocast the RGB -> XYZ product ran in bf16 and moved a by up to 1.2 (of +-128): inference
+    and training's two-crop views both convert in float32 now."""
     import cl_zoo
     from cl_zoo.models.cmc_dual import normalized_lab
 
@@ -189,11 +190,17 @@ def test_cmc_lab_conversion_stays_float32_under_bf16_autocast():
     model = cl_zoo.create_model("cmc_alexnet_cifar_lab").eval()
     rgb = torch.rand(2, 3, 32, 32)
     exact = normalized_lab(rgb)
+    seen = []
+    model._encode = lambda l_view, ab_view: seen.append((l_view, ab_view))  # what training's encoders are given
     with torch.autocast("cpu", dtype=torch.bfloat16):
         lab = model.float32_input_transform(rgb)
-        drifted = normalized_lab(rgb)  # what training's forward_views still computes (the tier was trained so)
+        drifted = normalized_lab(rgb)  # the bare conversion under autocast: what the tier's CMC was trained with
+        model.forward_views(rgb, rgb.flip(-1))
     assert lab.dtype == torch.float32 and torch.equal(lab, exact)
-    assert (drifted - exact).abs().max() > 1e-3  # the check above would catch the bf16 path
+    assert (drifted - exact).abs().max() > 1e-3  # the checks here would catch the bf16 path
+    (l_view, ab_view), = seen
+    assert torch.equal(l_view, exact[:, :1]) and torch.equal(ab_view, normalized_lab(rgb.flip(-1))[:, 1:])
+    del model._encode
     with torch.no_grad():
         torch.testing.assert_close(model.forward_features(rgb), model.forward_transformed(exact))
 

@@ -28,11 +28,31 @@ def normalized_lab(rgb: torch.Tensor) -> torch.Tensor:
     return normalize_lab(rgb_to_lab(rgb.float()))
 
 
+def float32_lab(rgb: torch.Tensor) -> torch.Tensor:
+    """:func:`normalized_lab` in float32 even under autocast.
+
+    a = 500 (fx - fy) and b = 200 (fy - fz) are differences of nearly equal cube roots: in bf16 they
+    cancel. Under bf16 autocast the RGB -> XYZ product alone runs in bf16 and moves a by up to 1.2
+    (of +-128), so autocast is turned off for the conversion, where it is on (a meta-device forward
+    has no autocast to turn off).
+    """
+    device = rgb.device.type
+    if device in ("cpu", "cuda", "xpu", "mps") and torch.is_autocast_enabled(device):
+        with torch.autocast(device, enabled=False):
+            return normalized_lab(rgb)
+    return normalized_lab(rgb)
+
+
 class LabSplit(nn.Module):
-    """RGB [0, 1] -> (L [B,1,H,W], ab [B,2,H,W]), each scaled to about [-1, 1]."""
+    """RGB [0, 1] -> (L [B,1,H,W], ab [B,2,H,W]), each scaled to about [-1, 1], in float32.
+
+    Training used to run it under autocast: the CPU tier's CMC checkpoints (its three seeds and the
+    shared-crop control) were trained with the RGB -> XYZ product in bf16, before this conversion
+    kept float32 (issue 23's runs were finished first, so their seeds stay comparable).
+    """
 
     def forward(self, rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lab = normalized_lab(rgb)
+        lab = float32_lab(rgb)
         return lab[:, :1], lab[:, 1:]
 
 
@@ -64,22 +84,13 @@ class CMCDualEncoder(nn.Module):
         )
 
     def float32_input_transform(self, rgb: torch.Tensor) -> torch.Tensor:
-        """Normalised Lab ``[B, 3, H, W]`` of RGB in [0, 1], in float32 even under autocast.
-
-        a = 500 (fx - fy) and b = 200 (fy - fz) are differences of nearly equal cube roots: in bf16
-        they cancel. Under bf16 autocast the RGB -> XYZ product alone runs in bf16 and moves a by up
-        to 1.2 (of +-128); an OpenVINO graph under the bf16 hint runs all of it in bf16 (the tier
-        CMC's features fell to cosine 0.980 of float32). Inference therefore computes Lab here, and
-        engines that lower precision run this on the host in float32 and convert only
-        :meth:`forward_transformed` (:mod:`cl_zoo.backends.openvino`). Training
-        (:meth:`forward_views`) keeps the autocast behaviour the CPU-tier checkpoints were trained
-        with, so the tier's seeds stay comparable.
+        """Normalised Lab ``[B, 3, H, W]`` of RGB in [0, 1], in float32 even under autocast
+        (:func:`float32_lab`). An OpenVINO graph under the bf16 hint would run all of the conversion
+        in bf16 (the tier CMC's features fell to cosine 0.980 of float32), so engines that lower
+        precision run this on the host in float32 and convert only :meth:`forward_transformed`
+        (:mod:`cl_zoo.backends.openvino`).
         """
-        device = rgb.device.type
-        if device in ("cpu", "cuda", "xpu", "mps") and torch.is_autocast_enabled(device):
-            with torch.autocast(device, enabled=False):
-                return normalized_lab(rgb)
-        return normalized_lab(rgb)
+        return float32_lab(rgb)
 
     def forward_transformed(self, lab: torch.Tensor) -> torch.Tensor:
         """Features of :meth:`float32_input_transform`'s output (the rest of :meth:`forward_features`)."""
