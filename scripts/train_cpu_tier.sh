@@ -79,13 +79,23 @@ RESUME=()
 
 echo "== pretrain $METHOD ($RECIPE) -> $RUN ${RESUME[*]:-} ${EXTRA[*]:-}"
 # The card's machine line (scripts/bundle_cpu_tier.py): the CPU as cl-zoo's precision policy sees it, and the
-# GPU first where pretrain's default --device auto trains on one (scripts/gpu_tier_runs.sh).
+# GPU first where pretrain trains on one: --device cuda[:N], or the default auto with CUDA available
+# (scripts/gpu_tier_runs.sh).
+DEVICE_ARG=auto
+prev=""
+for a in "$@"; do
+    case "$prev" in --device) DEVICE_ARG=$a ;; esac
+    case "$a" in --device=*) DEVICE_ARG=${a#--device=} ;; esac
+    prev=$a
+done
 "$PY" -c "
-import torch
+import sys, torch
 from cl_zoo.precision import cpu_capability
-cpu = cpu_capability().describe()
-print(f'{torch.cuda.get_device_name(0)} (CUDA {torch.version.cuda}, torch {torch.__version__}); host CPU {cpu}' if torch.cuda.is_available() else cpu)
-" > "$DEST/logs/machine.txt"
+cpu, device = cpu_capability().describe(), sys.argv[1]
+gpu = torch.cuda.is_available() and (device.startswith('cuda') or device == 'auto')
+index = int(device.split(':')[1]) if device.startswith('cuda:') else 0
+print(f'{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda}, torch {torch.__version__}); host CPU {cpu}' if gpu else cpu)
+" "$DEVICE_ARG" > "$DEST/logs/machine.txt"
 echo "machine: $(cat "$DEST/logs/machine.txt")"
 START=$(date +%s)
 # setsid: the run gets its own process group, so a deadline stops it (and only it) cleanly.
