@@ -414,6 +414,7 @@ def control_run(bundle: Path, method: str, recipe: dict[str, Any], test_files: s
     machine_file = bundle / "logs" / "machine.txt"
     if not machine_file.is_file():
         fail(f"{machine_file} not found")
+    machine = machine_file.read_text(encoding="utf-8").strip()
     summary = training_summary(bundle / "run" / "metrics.csv")
     if summary["epochs"] != trained.get("epochs"):
         fail(f"{bundle}: trained {summary['epochs']} of its recipe's {trained.get('epochs')} epochs (rerun train_cpu_tier.sh to finish it)")
@@ -422,8 +423,8 @@ def control_run(bundle: Path, method: str, recipe: dict[str, Any], test_files: s
         "recipe": CONTROLS[name].recipe_path(name),
         "seed": int(trained.get("seed", 0)),
         "changes": changes,
-        "machine": machine_file.read_text(encoding="utf-8").strip(),
-        "device": training_device(machine_file.read_text(encoding="utf-8")),
+        "machine": machine,
+        "device": training_device(machine),
         "training_precision": config.get("training_precision"),
         **{k: summary[k] for k in ("epochs", "train_time_s", "epoch_time_median_s", "views_per_s")},
         "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])},
