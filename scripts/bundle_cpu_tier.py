@@ -161,6 +161,33 @@ def device_label(entry: dict[str, Any]) -> str:
     return ", GPU" if entry.get("device") == "cuda" else ""
 
 
+def scored_reports(bundle: Path, config: dict[str, Any], test_files: str) -> dict[str, dict]:
+    """A seed's or control's float16 kNN and linear reports, refused unless computed on its own weights
+    (fp32 torch features) and on the published seed's test images."""
+    reports = {t: check_report(bundle / "reports" / f"{t}_fp16.json", [dict(config.get("files") or {})]) for t in ("knn", "linear")}
+    if reports["knn"]["data"]["test"]["file_list_hash"] != test_files:
+        fail(f"{bundle}: scored on other test images")
+    return reports
+
+
+def how_it_trained(bundle: Path, epochs: Any, required: bool) -> tuple[str | None, dict[str, Any] | None]:
+    """A bundle's machine line and training summary (``logs/machine.txt``, ``run/metrics.csv``), the
+    run refused unless it trained all of its recipe's ``epochs``. ``required``: a missing file fails
+    (a control's); otherwise it is ``None`` (seeds published before bundles kept them)."""
+    machine_file, metrics = bundle / "logs" / "machine.txt", bundle / "run" / "metrics.csv"
+    machine = None
+    if machine_file.is_file():
+        machine = machine_file.read_text(encoding="utf-8").strip()
+    elif required:
+        fail(f"{machine_file} not found")
+    summary = None
+    if required or metrics.is_file():
+        summary = training_summary(metrics)
+        if summary["epochs"] != epochs:
+            fail(f"{bundle}: trained {summary['epochs']} of its recipe's {epochs} epochs (rerun train_cpu_tier.sh to finish it)")
+    return machine, summary
+
+
 def other_seed(bundle: Path, method: str, recipe: dict[str, Any], test_files: str) -> tuple[dict[str, Any], dict[str, dict]]:
     """The float16 scores of the same recipe trained with another seed (an evaluated bundle), and where and
     how long it trained when the bundle says (its machine line and training log)."""
@@ -171,20 +198,14 @@ def other_seed(bundle: Path, method: str, recipe: dict[str, Any], test_files: st
         fail(f"{bundle}: not the published recipe with another seed (method {other.get('method')}, seed {seed})")
     if seed == recipe.get("seed"):
         fail(f"{bundle}: trained with seed {seed}, the published weights' own seed")
-    reports = {t: check_report(bundle / "reports" / f"{t}_fp16.json", [dict(config.get("files") or {})]) for t in ("knn", "linear")}
-    if reports["knn"]["data"]["test"]["file_list_hash"] != test_files:
-        fail(f"{bundle}: scored on other test images")
+    reports = scored_reports(bundle, config, test_files)
     summary: dict[str, Any] = {"seed": int(seed), "fp16_top1": {**top1(reports["knn"]), **top1(reports["linear"])}}
-    machine_file = bundle / "logs" / "machine.txt"
-    if machine_file.is_file():
-        machine = machine_file.read_text(encoding="utf-8").strip()
+    machine, trained = how_it_trained(bundle, other.get("epochs"), required=False)
+    if machine is not None:
         summary.update(machine=machine, device=training_device(machine))
     if config.get("training_precision"):
         summary["training_precision"] = config["training_precision"]
-    if (bundle / "run" / "metrics.csv").is_file():
-        trained = training_summary(bundle / "run" / "metrics.csv")
-        if trained["epochs"] != other.get("epochs"):
-            fail(f"{bundle}: trained {trained['epochs']} of its recipe's {other.get('epochs')} epochs (rerun train_cpu_tier.sh to finish it)")
+    if trained is not None:
         summary.update({k: trained[k] for k in ("train_time_s", "epoch_time_median_s", "views_per_s")})
     return summary, reports
 
@@ -408,16 +429,8 @@ def control_run(bundle: Path, method: str, recipe: dict[str, Any], test_files: s
     changes = recipe_changes(recipe, trained)
     if not changes:
         fail(f"{bundle}: the control {name} trained the published recipe itself")
-    reports = {t: check_report(bundle / "reports" / f"{t}_fp16.json", [dict(config.get("files") or {})]) for t in ("knn", "linear")}
-    if reports["knn"]["data"]["test"]["file_list_hash"] != test_files:
-        fail(f"{bundle}: scored on other test images")
-    machine_file = bundle / "logs" / "machine.txt"
-    if not machine_file.is_file():
-        fail(f"{machine_file} not found")
-    machine = machine_file.read_text(encoding="utf-8").strip()
-    summary = training_summary(bundle / "run" / "metrics.csv")
-    if summary["epochs"] != trained.get("epochs"):
-        fail(f"{bundle}: trained {summary['epochs']} of its recipe's {trained.get('epochs')} epochs (rerun train_cpu_tier.sh to finish it)")
+    reports = scored_reports(bundle, config, test_files)
+    machine, summary = how_it_trained(bundle, trained.get("epochs"), required=True)
     return {
         "name": name,
         "recipe": CONTROLS[name].recipe_path(name),

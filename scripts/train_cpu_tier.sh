@@ -90,11 +90,15 @@ for a in "$@"; do
 done
 "$PY" -c "
 import sys, torch
+from cl_zoo.errors import ClZooError
 from cl_zoo.precision import cpu_capability
-cpu, device = cpu_capability().describe(), sys.argv[1]
-gpu = torch.cuda.is_available() and (device.startswith('cuda') or device == 'auto')
-index = int(device.split(':')[1]) if device.startswith('cuda:') else 0
-print(f'{torch.cuda.get_device_name(index)} (CUDA {torch.version.cuda}, torch {torch.__version__}); host CPU {cpu}' if gpu else cpu)
+from cl_zoo.train.launch import resolve_device
+cpu = cpu_capability().describe()
+try:
+    device = resolve_device(sys.argv[1])  # pretrain's own choice
+except ClZooError:
+    device = torch.device('cpu')  # pretrain refuses the option below, in its own words
+print(f'{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda}, torch {torch.__version__}); host CPU {cpu}' if device.type == 'cuda' else cpu)
 " "$DEVICE_ARG" > "$DEST/logs/machine.txt"
 echo "machine: $(cat "$DEST/logs/machine.txt")"
 START=$(date +%s)
