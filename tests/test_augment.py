@@ -214,3 +214,41 @@ def test_device_follows_input(device):
         cpu = ViewGenerator(AugmentConfig.simclr(16), 3, seed=0)(x.cpu())
         for u, v in zip(cpu, views):
             torch.testing.assert_close(v.cpu(), u, atol=1e-3, rtol=0)
+
+
+class _HostSyncAudit(torch.overrides.TorchFunctionMode):
+    """Records what would make the host wait for an accelerator: a tensor built on it from Python
+    data or a blocking copy onto it (CUDA synchronises the stream for both)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if func in (torch.tensor, torch.as_tensor) and torch.is_tensor(out) and out.device.type != "cpu":
+            self.waits.append(f"torch.{func.__name__}(..., device={out.device})")
+        elif func is torch.Tensor.to and args[0].device.type == "cpu" and torch.is_tensor(out) and out.device.type != "cpu":
+            non_blocking = kwargs.get("non_blocking", False) or any(a is True for a in args[1:])
+            if not non_blocking:
+                self.waits.append(f"blocking copy of a CPU {tuple(args[0].shape)} tensor to {out.device}")
+        return out
+
+
+@pytest.mark.parametrize("name", ["cifar", "simclr", "mocov2", "cmc"])
+def test_augmenting_on_an_accelerator_never_waits_for_it(name):
+    """Host syncs in the augmentation (hue and blur subsets picked with ``nonzero`` on device masks,
+    constants built with ``torch.tensor(device=...)``) held a DCL step on an H200 at 56-64% of the step
+    alone; without them 74-80% (``pretrain_throughput.py``, 2026-11-26). The meta device stands in for
+    CUDA: whatever reads device data back (``nonzero``, ``item``) cannot run there, and the audit catches
+    blocking copies. The first call may make the cached constants; the second must make nothing wait."""
+    images = torch.empty(8, 3, 40, 40, dtype=torch.uint8, device="meta")
+    config = replace(preset(name, 32), solarize_p=0.5)
+    views = ViewGenerator([config, replace(config, jitter_order="fixed")], seed=0)
+    views(images)
+    audit = _HostSyncAudit()
+    with audit:
+        out = views(images)
+    assert [v.shape for v in out] == [(8, 3, 32, 32)] * 2 and out[0].device.type == "meta"
+    assert audit.waits == []

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from cl_zoo.data.augment import PRESETS, AugmentConfig, AugmentParams, apply_params, preset, sample_params
+from cl_zoo.data.augment import (PRESETS, AugmentConfig, AugmentParams, apply_params, preset, sample_params,
+                                 to_device)
 from cl_zoo.errors import ClZooError
 
 
@@ -121,7 +122,7 @@ class InMemoryBatches:
         for _ in range(start_step):
             maker.skip(tuple(self.images.shape[-2:]))
         for step in range(start_step, plan.steps):
-            index = plan.local_indices(step).to(self.images.device, non_blocking=True)
+            index = to_device(plan.local_indices(step), self.images.device)
             yield index, maker(self.images.index_select(0, index))
 
 
