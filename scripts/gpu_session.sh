@@ -31,6 +31,11 @@
 #     for cp312 manylinux: the device's python has the rest) both in .git/info/exclude, named in the call's carry;
 #   - command: python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
 #     export PYTHONPATH=/tmp/site:$PWD && bash scripts/gpu_session.sh   (timeout_s 600; it ends by ~580 s)
+#   - second run (13:35 the same day, after the recipe fixes): the same, with
+#     METHODS="dcl mocov2 jcl dclw simclr simo cmc cacr" so the recipes under test go first; 593 s, every recipe
+#     learned (README), CMC stopped at 2 of 3 epochs by the 100 s limit, and the deadline skipped the random-init kNN.
+#     This script's job is done: the next GPU time belongs to the 200-epoch reference checkpoints
+#     (scripts/train_reference.sh; several at once on one GPU as scripts/gpu_tier_runs.sh does for the tier).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
