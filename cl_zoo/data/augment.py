@@ -410,11 +410,16 @@ def apply_params(images: torch.Tensor, config: AugmentConfig, params: AugmentPar
     if config.solarize_p > 0:
         sol = to_device(params.solarize, dev).view(-1, 1, 1, 1)
         x = torch.where(sol, solarize(x, config.solarize_threshold), x)
-    if config.mean is not None:
-        mean = device_constant(tuple(config.mean), dev, x.dtype)
-        std = device_constant(tuple(config.std), dev, x.dtype)
-        x = (x - mean) / std
-    return x
+    return normalize(x, config)
+
+
+def normalize(x: torch.Tensor, config: AugmentConfig) -> torch.Tensor:
+    """``x`` in [0, 1] into the config's input space (its mean/std; unchanged when it has none)."""
+    if config.mean is None:
+        return x
+    mean = device_constant(tuple(config.mean), x.device, x.dtype)
+    std = device_constant(tuple(config.std), x.device, x.dtype)
+    return (x - mean) / std
 
 
 def augment(images: torch.Tensor, config: AugmentConfig, generator: torch.Generator | None = None) -> torch.Tensor:

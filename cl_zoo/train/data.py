@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from cl_zoo.data.augment import (PRESETS, AugmentConfig, AugmentParams, apply_params, preset, sample_params,
-                                 to_device)
+from cl_zoo.data.augment import (PRESETS, AugmentConfig, AugmentParams, apply_params, normalize, preset,
+                                 sample_params, to_device)
 from cl_zoo.errors import ClZooError
 
 
@@ -188,12 +188,7 @@ class StreamingBatches:
 
 def normalize_for(config: AugmentConfig, images: torch.Tensor) -> torch.Tensor:
     """Un-augmented uint8 images in the views' input space (same mean/std) for the kNN monitor."""
-    x = images.float().div_(255.0)
-    if config.mean is not None:
-        mean = torch.tensor(config.mean, device=x.device).view(1, 3, 1, 1)
-        std = torch.tensor(config.std, device=x.device).view(1, 3, 1, 1)
-        x = (x - mean) / std
-    return x
+    return normalize(images.float().div_(255.0), config)
 
 
 def holdout_split(num_images: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
