@@ -296,11 +296,16 @@ def test_bf16_pretraining_loss_decreases_like_fp32():
         assert all(p.dtype == torch.float32 for p in method.parameters())  # fp32 master weights
         assert all(b.dtype in (torch.float32, torch.int64) for b in method.buffers())  # BN statistics
     fp32, bf16 = losses["fp32"], losses["bf16"]
+    # What holds on every host. The first loss comes from identical weights, so it differs only by one
+    # forward's bf16 rounding. After that each step's gradient carries that host's rounding (AMX
+    # tiles, AVX512_BF16 dot products and the fp32 fallback accumulate in different orders), and on
+    # one batch falling fast the trajectories drift apart: an AMX host read 3.47/3.31/3.26 against
+    # 3.47/3.32/3.11 at steps 0-2 (5% at step 2) while both ended at 2.25-2.29; an AVX512_BF16 host
+    # ended at 1.72 against 2.11, and oneDNN's AVX2 path (ONEDNN_MAX_CPU_ISA=AVX2) at 2.34 against 2.05.
+    # So later steps are held to the outcome, not to the path: bf16 must fall, by about as much as fp32.
+    assert abs(fp32[0] - bf16[0]) <= 0.03 * fp32[0], losses
     assert fp32[-1] < 0.9 * fp32[0] and bf16[-1] < 0.9 * bf16[0], losses
-    # The same trajectory within bf16 rounding while it is smooth; once the loss falls fast on this
-    # single batch, rounding differences compound, so later steps are only required to keep falling.
-    for a, b in zip(fp32[:4], bf16[:4]):
-        assert abs(a - b) <= 0.03 * a, losses
+    assert bf16[0] - bf16[-1] >= 0.6 * (fp32[0] - fp32[-1]), losses  # learns at least 60% as much in 6 steps
 
 
 def test_bf16_pretraining_run_records_its_precision(tmp_path, capsys):
