@@ -63,7 +63,7 @@ def test_recipe_types_and_unknown_keys(tmp_path):
         ({"epochs": 1.5}, "epochs must be an integer"),
         ({"sync_bn": 1}, "sync_bn must be true or false"),
         ({"precision": "fp8"}, "precision must be one of auto, bf16, fp16, fp32"),
-        ({"schedule": {"milestones": [5, "x"]}}, "schedule.milestones[1] must be an integer"),
+        ({"schedule": {"milestones": [5, "x"]}}, "schedule.milestones[1] must be a number"),
         ({"batch_size": 0}, "batch_size must be positive"),
     ]:
         with pytest.raises(ClZooError) as err:
@@ -75,6 +75,37 @@ def test_recipe_types_and_unknown_keys(tmp_path):
         Recipe.load(path)
     with pytest.raises(ClZooError, match="unknown recipe key"):
         Recipe().with_overrides({"optim.lrr": 1.0})
+
+
+def test_changing_epochs_moves_the_schedule_in_proportion():
+    dcl = Recipe.load("dcl_cifar10")
+    assert (dcl.epochs, dcl.schedule.warmup_epochs) == (200, 10)
+    short = dcl.with_overrides({"epochs": 1})  # was refused: "warmup_epochs (10.0) exceeds epochs (1)"
+    assert (short.epochs, short.schedule.warmup_epochs) == (1, 0.05)
+    assert short.with_overrides({"epochs": 200}).schedule.warmup_epochs == 10  # and back
+    # What the user sets in the same breath is theirs, as written.
+    assert dcl.with_overrides({"epochs": 20, "schedule.warmup_epochs": 0}).schedule.warmup_epochs == 0
+    given = dcl.with_overrides({"epochs": 20, "schedule": {"name": "cosine", "warmup_epochs": 3}})
+    assert given.schedule.warmup_epochs == 3
+    with pytest.raises(ClZooError, match=r"warmup_epochs \(30(\.0)?\) exceeds epochs \(20\)"):
+        dcl.with_overrides({"epochs": 20, "schedule.warmup_epochs": 30})
+    # Step milestones move too, without rounding two steps into one.
+    cmc = Recipe.load("cmc_cifar10")
+    assert cmc.schedule.milestones == [155, 170, 185]
+    assert cmc.with_overrides({"epochs": 2}).schedule.milestones == [1.55, 1.7, 1.85]
+    assert dcl.with_overrides({"epochs": 200}) == dcl and dcl.with_overrides({"epochs": None}) == dcl
+
+
+def test_pretrain_epochs_says_once_how_the_schedule_moved(tmp_path, folder, capsys):
+    out = tmp_path / "run"
+    code = main(["pretrain", "--no-progress", "--recipe", "dcl_cifar10", *TINY, "--data", str(folder), "--epochs", "1",
+                 "--batch-size", "16", "--knn-every", "0", "--workers", "0", "--device", "cpu", "--out", str(out)])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    note = "epochs 200 -> 1: the schedule is shortened in proportion (warm-up 10 -> 0.05 epochs)"
+    assert printed.count(note) == 1, printed
+    saved = yaml.safe_load((out / "recipe.yaml").read_text())
+    assert (saved["epochs"], saved["schedule"]["warmup_epochs"]) == (1, 0.05)
 
 
 # ---------------------------------------------------------------------- bad input

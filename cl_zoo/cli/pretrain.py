@@ -56,7 +56,7 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
                      knn_every, checkpoint_every, seed, workers, compile_, sync_bn, sets, resume, device, stream, no_progress) -> int:  # noqa: ANN001
     """Pretrain a backbone with a contrastive method and export it in the zoo's format."""
     from cl_zoo.train.loop import Trainer
-    from cl_zoo.train.recipe import Recipe, parse_overrides
+    from cl_zoo.train.recipe import Recipe, parse_overrides, schedule_rescale_note
 
     overrides: dict[str, object] = {
         "method": method, "arch": arch, "epochs": epochs, "batch_size": batch_size, "optim.lr": lr,
@@ -67,13 +67,17 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
     run_dir = Path(out)
     saved = run_dir / "recipe.yaml"
     if recipe_path:
-        recipe = Recipe.load(recipe_path).with_overrides(overrides)
+        base = Recipe.load(recipe_path)
     elif method:
-        recipe = Recipe().with_overrides(overrides)
+        base = Recipe()
     elif resume and saved.is_file():
-        recipe = Recipe.load(saved).with_overrides(overrides)
+        base = Recipe.load(saved)
     else:
         raise ClZooError("give --recipe or --method (or --resume an existing run folder)")
+    recipe = base.with_overrides(overrides)
+    note = schedule_rescale_note(base, recipe)
+    if note:
+        click.echo(note)
     if data is None and not resume:
         raise ClZooError("give --data: a folder of images, an archive of one, or a named dataset")
     trainer = Trainer(recipe, data, run_dir, val=val, data_root=data_root, resume=resume, device=device, stream=stream,

@@ -75,7 +75,9 @@ class ScheduleConfig:
 
     name: Literal["cosine", "step"] = "cosine"
     warmup_epochs: float = 0.0
-    milestones: list[int] = field(default_factory=list)  # epochs, for ``step``
+    # epochs, for ``step``; fractional values are fine (the lr is looked up per step), which keeps a
+    # schedule shortened by ``--epochs`` in proportion instead of rounding its steps together
+    milestones: list[float] = field(default_factory=list)
     gamma: float = 0.1
 
 
@@ -155,6 +157,21 @@ class Recipe:
             if parts[-1] not in node and parts[0] not in ("model_args", "method_args"):
                 raise ClZooError(f"{source}: unknown recipe key {dotted!r}")
             node[parts[-1]] = value
+        given = {key for key, value in overrides.items() if value is not None}
+        epochs = data["epochs"]
+        if "epochs" in given and isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 0 \
+                and epochs != self.epochs:
+            # A shorter (or longer) run keeps the recipe's shape: warm-up and step milestones move in
+            # proportion unless they were set in the same breath. Without this, ``--epochs 1`` on a
+            # recipe with 10 warm-up epochs was refused, and a shortened run that kept them would
+            # spend most of itself warming up. The scripts' ``scaled_warmup`` did this by hand.
+            scale = epochs / self.epochs
+            if "schedule" in given:  # the whole schedule was given: it is the user's, as written
+                given |= {"schedule.warmup_epochs", "schedule.milestones"}
+            if "schedule.warmup_epochs" not in given:
+                data["schedule"]["warmup_epochs"] = round(self.schedule.warmup_epochs * scale, 4)
+            if "schedule.milestones" not in given:
+                data["schedule"]["milestones"] = [round(m * scale, 4) for m in self.schedule.milestones]
         return Recipe.from_dict(data, source=source)
 
     # ------------------------------------------------------------------ checks
@@ -199,6 +216,23 @@ class Recipe:
         if self.optim.lr_scaling == "linear":
             return self.optim.lr * self.batch_size / self.optim.base_batch
         return self.optim.lr
+
+
+def schedule_rescale_note(before: Recipe, after: Recipe) -> str | None:
+    """One line saying how a change of ``epochs`` moved the schedule, or ``None`` when it did not."""
+    if before.epochs == after.epochs:
+        return None
+    moved = []
+    if before.schedule.warmup_epochs != after.schedule.warmup_epochs:
+        moved.append(f"warm-up {before.schedule.warmup_epochs:g} -> {after.schedule.warmup_epochs:g} epochs")
+    if before.schedule.milestones != after.schedule.milestones:
+        old = ", ".join(f"{m:g}" for m in before.schedule.milestones)
+        new = ", ".join(f"{m:g}" for m in after.schedule.milestones)
+        moved.append(f"lr steps at epochs [{old}] -> [{new}]")
+    if not moved:  # a cosine without warm-up spans whatever epochs it is given: nothing to say
+        return None
+    how = "shortened" if after.epochs < before.epochs else "stretched"
+    return f"epochs {before.epochs} -> {after.epochs}: the schedule is {how} in proportion ({'; '.join(moved)})"
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, object]:
