@@ -126,7 +126,7 @@ def test_int8_is_never_a_silent_torch_fallback(monkeypatch: pytest.MonkeyPatch) 
         select_mod.resolve_backend("auto", "cuda", "int8")
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "nncf" else real(name, *a))
-    with pytest.raises(ClZooError, match=r"needs nncf \(pip install 'cl-zoo\[int8\]'\)"):
+    with pytest.raises(ClZooError, match=r"--precision int8 needs nncf, which is not installed: pip install 'cl-zoo\[int8\]'"):
         select_mod.resolve_backend("auto", "cpu", "int8")
 
 

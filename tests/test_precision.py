@@ -67,7 +67,7 @@ def test_auto_backend_is_torch_without_openvino_or_off_cpu(monkeypatch):
     monkeypatch.setattr(select_mod, "openvino_available", lambda: False)
     choice = select_mod.resolve_backend("auto", "cpu", "bf16", images=10_000)
     assert choice.name == "torch" and "not installed" in choice.reason
-    with pytest.raises(ClZooError, match="openvino is not installed"):
+    with pytest.raises(ClZooError, match=r"--backend openvino needs openvino, which is not installed: pip install 'cl-zoo\[openvino\]'"):
         select_mod.resolve_backend("openvino", "cpu", "fp32")
     monkeypatch.setattr(select_mod, "openvino_available", lambda: True)
     assert select_mod.resolve_backend("auto", "cuda", "bf16", images=10_000).name == "torch"

@@ -19,12 +19,12 @@ it is never a silent fallback to torch, so without ``nncf``/``openvino``, on a G
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 
 import torch
 
 from cl_zoo.errors import ClZooError
+from cl_zoo.optional import MissingExtraError, is_installed, missing_message
 
 BACKENDS: tuple[str, ...] = ("auto", "torch", "openvino")
 OPENVINO_MIN_IMAGES = 256
@@ -41,7 +41,7 @@ class BackendChoice:
 
 def openvino_available() -> bool:
     """Whether the optional ``openvino`` package (``pip install cl-zoo[openvino]``) is importable."""
-    return importlib.util.find_spec("openvino") is not None
+    return is_installed("openvino")
 
 
 def resolve_backend(backend: str, device: torch.device | str, precision: str, *, images: int = 0, cached: bool = False) -> BackendChoice:
@@ -57,13 +57,16 @@ def resolve_backend(backend: str, device: torch.device | str, precision: str, *,
     if backend == "torch":
         return BackendChoice("torch", "asked for")
     problem = None
+    missing = False
     if kind != "cpu":
         problem = f"OpenVINO runs on the CPU, the device is {kind}"
     elif precision not in OPENVINO_PRECISIONS:
         problem = f"OpenVINO runs fp32 or bf16, not {precision}"
     elif not openvino_available():
-        problem = "openvino is not installed (pip install 'cl-zoo[openvino]')"
+        missing, problem = True, missing_message("openvino", "the OpenVINO backend")
     if backend == "openvino":
+        if missing:
+            raise MissingExtraError(missing_message("openvino", "--backend openvino"))
         if problem:
             raise ClZooError(f"--backend openvino: {problem}")
         return BackendChoice("openvino", "asked for")
@@ -84,7 +87,7 @@ def _int8_backend(backend: str, kind: str) -> BackendChoice:
     if kind != "cpu":
         raise ClZooError(f"--precision int8 runs on the CPU (OpenVINO), the device is {kind}")
     if not int8_available():
-        raise ClZooError(missing_int8_packages())
+        raise MissingExtraError(missing_int8_packages())
     return BackendChoice("openvino", "int8 runs on OpenVINO")
 
 

@@ -191,6 +191,10 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     tsplit = train_split or (p.train_split if p else "trainval")
     vsplit = val_split or (p.val_split if p else "test")
     train, val = open_datasets(list(data), tsplit, val_data, None if vsplit.lower() == "none" else vsplit)
+    if val is not None:  # scored with COCO AP after training: checked before it starts
+        from cl_zoo.optional import require
+
+        require("pycocotools", "COCO AP (detect --engine torchvision)")
     click.echo(f"train: {train.summary()}")
     if val is not None:
         click.echo(f"val: {val.summary()}")

@@ -71,6 +71,14 @@ def _report_path(out: str | None, task: str, result: Any) -> Path:
     return Path("eval-reports") / f"{name}-{report['model']['weights_sha256'][:8]}.json"
 
 
+def _require_plots(plot: bool) -> None:
+    """--plot's matplotlib, checked before features are extracted rather than after."""
+    if plot:
+        from cl_zoo.optional import require
+
+        require("matplotlib", "--plot")
+
+
 def _finish(result: Any, task: str, out: str | None, plot: bool, as_json: bool) -> None:
     from cl_zoo.eval.report import summary_lines, write_json_atomic
 
@@ -156,7 +164,10 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
                 temperature: float, metric: str) -> None:
     """Weighted kNN (InstDisc vote) top-1/top-5 of a model's frozen features."""
     from cl_zoo.eval.knn import evaluate_knn
+    from cl_zoo.search import require_faiss
 
+    require_faiss("cl-zoo knn")  # before any feature is extracted
+    _require_plots(plot)
     ks = _parse_ints(k, "--k")
     device = _device(device)
     train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
@@ -196,6 +207,7 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
     """Linear probe of a frozen model: fast (cached features + L-BFGS), paper (ImageNet) or small-scale (CACR)."""
     from cl_zoo.eval.linear import evaluate_linear
 
+    _require_plots(plot)
     overrides: dict[str, Any] = {
         "epochs": epochs, "lr": lr, "gamma": gamma, "batch_size": train_batch_size, "momentum": momentum,
         "weight_decay": weight_decay, "optimizer": optimizer, "workers": workers,

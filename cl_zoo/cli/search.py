@@ -58,6 +58,7 @@ def search_command(
     from cl_zoo.data.images import discover_images
     from cl_zoo.embedding import extract_features, load_embedding_model, load_embeddings, resolve_model_reference
 
+    S.require_faiss("cl-zoo search")  # before the embeddings are read and the queries embedded
     features = None
     if load_index:  # the index answers; only row paths and the model are needed from the embeddings
         from cl_zoo.index import load_saved_index
@@ -132,8 +133,9 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
     --out DIR/ run wrote (checked against its manifest).
     """
     from cl_zoo.embedding import load_embeddings
-    from cl_zoo.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores
+    from cl_zoo.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores, require_faiss
 
+    require_faiss("cl-zoo dedup")  # before the embeddings are read
     saved = None
     if index_file:  # rows come block by block from disk; only the paths are held
         from cl_zoo.index import open_rows

@@ -132,6 +132,9 @@ def coco_ground_truth(data: DetectionData) -> dict:
 
 def coco_evaluate(data: DetectionData, detections: Detections) -> dict[str, float]:
     """COCO AP, AP50, AP75, APs, APm, APl (percent) with pycocotools' COCOeval."""
+    from cl_zoo.optional import require
+
+    require("pycocotools", "COCO AP (detect --engine torchvision)")
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
 

@@ -23,6 +23,7 @@ from cl_zoo.embedding.preprocess import (
     decode_images,
 )
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.optional import require
 
 
 class FeaturesOnly(nn.Module):
@@ -143,6 +144,7 @@ def int8_runner(
     """
     from cl_zoo.backends.int8 import (
         CALIBRATION_SIZE,
+        INT8_FEATURE,
         Int8Rejected,
         calibration_sample,
         pixels_digest,
@@ -159,7 +161,7 @@ def int8_runner(
         "forced": bool(force), "recipe": "NNCF post-training quantization, PERFORMANCE preset, min/max activation ranges, full bias correction",
     }
     try:
-        import nncf
+        nncf = require("nncf", INT8_FEATURE, extra="int8")
 
         record["nncf"] = nncf.__version__
         runner = OpenVINORunner(

@@ -40,7 +40,9 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 
 
 def _faiss_index(dim: int, metric: str, use_gpu: bool):  # noqa: ANN202 - faiss has no type stubs
-    import faiss
+    from cl_zoo.search import require_faiss
+
+    faiss = require_faiss("kNN classification (cl-zoo knn)")
 
     index = faiss.IndexFlatIP(dim) if metric == "cosine" else faiss.IndexFlatL2(dim)
     if use_gpu and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:

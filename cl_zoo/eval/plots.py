@@ -16,7 +16,9 @@ from cl_zoo.fileio import atomic_path
 
 
 def _figure():  # noqa: ANN202
-    import matplotlib
+    from cl_zoo.optional import require
+
+    matplotlib = require("matplotlib", "--plot")
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt

@@ -27,19 +27,25 @@ MAX_REPORT_BYTES = 4 << 20
 
 
 def library_versions() -> dict[str, str]:
-    import faiss
     import torch
     import torchvision
 
     from cl_zoo import __version__
+    from cl_zoo.optional import is_installed
 
+    # faiss is optional (cl-zoo[index]): linear-eval runs without it, and its report says so.
+    faiss_version = "not installed"
+    if is_installed("faiss"):
+        import faiss
+
+        faiss_version = getattr(faiss, "__version__", "unknown")
     return {
         "cl_zoo": __version__,
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "numpy": np.__version__,
-        "faiss": getattr(faiss, "__version__", "unknown"),
+        "faiss": faiss_version,
     }
 
 

@@ -2,7 +2,8 @@
 
 Only the main rank constructs a :class:`RunLogger`. The CSV is the durable record (it survives a
 resume: rows past the resumed epoch are dropped so a re-run epoch is not counted twice);
-TensorBoard is optional and silently skipped if its package is missing.
+TensorBoard and the curve (matplotlib) are optional (``cl-zoo[train]``): without their packages the
+run goes on, and says once which of them is off and which extra brings it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from cl_zoo.fileio import atomic_path
+from cl_zoo.optional import is_installed, missing_message
 
 CSV_NAME = "metrics.csv"
 CURVE_NAME = "curves.png"
@@ -35,7 +37,9 @@ class RunLogger:
                 ]
         self._rewrite()
         self.tb = None
-        if tensorboard:
+        if tensorboard and not is_installed("tensorboard"):
+            print(f"{missing_message('tensorboard', 'TensorBoard logging', extra='train')}; the run goes on without it", flush=True)
+        elif tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -74,6 +78,9 @@ class RunLogger:
     def plot(self, title: str = "") -> Path | None:
         """Loss (left axis) and kNN accuracy (right axis) per epoch as ``curves.png``."""
         if not self.rows:
+            return None
+        if not is_installed("matplotlib"):
+            print(f"{missing_message('matplotlib', CURVE_NAME, extra='train')}; the model is exported without it", flush=True)
             return None
         import matplotlib
 

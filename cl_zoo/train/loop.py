@@ -38,6 +38,7 @@ import torch.nn as nn
 
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
 from cl_zoo.fileio import atomic_write_bytes, atomic_write_text
+from cl_zoo.optional import is_installed, missing_message
 from cl_zoo.train import launch
 from cl_zoo.train.data import (
     InMemoryBatches,
@@ -222,6 +223,11 @@ class Trainer:
             what = "no class folders" if not self.train_data.labeled else "a single class folder"
             print(f"kNN monitor off: {self.train_data.source} has {what}, so there are no labels to score "
                   f"it against{' (--val is not used)' if val is not None else ''}; training does not need labels", flush=True)
+        elif r.knn_every > 0 and (val is not None or n >= 40) and not is_installed("faiss"):  # the monitor searches with faiss
+            if env.is_main:
+                print(f"kNN monitor off: {missing_message('faiss', 'the kNN monitor', extra='train')}; "
+                      "training goes on without it", flush=True)
+            monitor_possible = False
         self.val_data = open_val_data(val, val_split, data_root) if val is not None and monitor_possible else None
         self.holdout_index: np.ndarray | None = None
         if self.val_data is None and r.knn_every > 0 and n >= 40 and monitor_possible:
