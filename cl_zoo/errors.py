@@ -21,6 +21,10 @@ class ModelNotFoundError(ClZooError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class ModelArgumentError(ClZooError, TypeError):
+    """A keyword argument a model cannot take (``create_model(name, num_classes=10)``); a TypeError too, as Python's own."""
+
+
 class CheckpointError(ClZooError):
     """A checkpoint folder or file that is malformed, incomplete or does not match its model."""
 

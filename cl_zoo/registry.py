@@ -18,11 +18,11 @@ import dataclasses
 import difflib
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, ItemsView, Iterator, KeysView, ValuesView
 
 import torch.nn as nn
 
-from cl_zoo.errors import ModelNotFoundError
+from cl_zoo.errors import ModelArgumentError, ModelNotFoundError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -37,7 +37,9 @@ class PretrainedCfg:
     """Where a checkpoint comes from, how to feed it, and how it was made and measured.
 
     Preprocessing fields travel with the weights so that ``embed``, ``knn`` and ``linear-eval``
-    use exactly the statistics the model was trained with.
+    use exactly the statistics the model was trained with. Read as a mapping (``cfg["mean"]``,
+    ``cfg.get("crop_mode")``, ``dict(cfg)``) it is the dict timm keeps in ``model.pretrained_cfg``,
+    so ``timm.data.resolve_model_data_config(model)`` works on zoo models (see ``_timm_view``).
     """
 
     # --- source -------------------------------------------------------------------------------
@@ -81,6 +83,48 @@ class PretrainedCfg:
     def resize_size(self) -> int:
         """Shorter-side resize before the centre crop (input / crop_pct, as timm does)."""
         return int(round(self.input_size[-1] / self.crop_pct))
+
+    # --- timm's dict view ---------------------------------------------------------------------
+    # timm keeps ``model.pretrained_cfg`` as a plain dict and reads it as one
+    # (timm/data/config.py ``resolve_data_config``: ``pretrained_cfg.get('input_size')``,
+    # ``pretrained_cfg['mean']``; timm/models/_hub.py ``save_for_hf``: ``.items()``). The mapping
+    # protocol below serves exactly what timm would find in such a dict: the fields cl-zoo shares
+    # with timm's PretrainedCfg (the same ones a checkpoint folder writes into config.json's
+    # ``pretrained_cfg``), ``crop_mode`` (cl-zoo always centre-crops) and ``num_classes`` 0 (every
+    # zoo model is headless). cl-zoo's own fields stay attributes only, so ``dict(cfg)`` is a
+    # pretrained_cfg timm's dataclass accepts (it refuses unknown keys).
+
+    def _timm_view(self) -> dict[str, Any]:
+        from cl_zoo.checkpoint.timm_compat import SHARED_FIELDS
+
+        view = {key: getattr(self, key) for key in SHARED_FIELDS if getattr(self, key) is not None}
+        view["crop_mode"] = "center"
+        view["num_classes"] = 0
+        return view
+
+    def __getitem__(self, key: str) -> Any:
+        return self._timm_view()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._timm_view().get(key, default)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._timm_view()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._timm_view())
+
+    def __len__(self) -> int:
+        return len(self._timm_view())
+
+    def keys(self) -> KeysView[str]:
+        return self._timm_view().keys()
+
+    def items(self) -> ItemsView[str, Any]:
+        return self._timm_view().items()
+
+    def values(self) -> ValuesView[Any]:
+        return self._timm_view().values()
 
 
 @dataclass(frozen=True)
@@ -223,6 +267,66 @@ def build_arch(arch: str, cfg: PretrainedCfg | None = None, **kwargs: Any) -> nn
     return model
 
 
+# timm's way of asking for no classifier (``create_model(name, num_classes=0)``): what every zoo
+# model already is, so the value is accepted and changes nothing.
+_HEADLESS = (0, None)
+
+
+def check_pretrained_kwargs(what: str, kwargs: dict[str, Any], hint: str = "") -> None:
+    """Refuse model arguments for a load whose weights already fix the architecture.
+
+    Only ``num_classes=0``/``None`` (timm's "no classifier", which zoo models are) passes; anything
+    else would have to change the network the weights were saved from, and silently ignoring it
+    would hand back a model that is not what was asked for.
+    """
+    for key, value in kwargs.items():
+        if key == "num_classes":
+            if value not in _HEADLESS:
+                raise _classifier_refused(what, value)
+            continue
+        raise ModelArgumentError(f"{what} cannot take {key}={value!r}: the checkpoint fixes the architecture; leave it out{hint}")
+
+
+def _classifier_refused(what: str, value: Any) -> ModelArgumentError:
+    return ModelArgumentError(
+        f"{what} cannot take num_classes={value!r}: zoo models are headless feature extractors (forward gives "
+        f"[B, model.num_features]); put torch.nn.Linear(model.num_features, {value!r}) on top, or pass num_classes=0"
+    )
+
+
+def _architecture_kwargs(name: str, arch: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` for ``arch``'s builder, every one checked against what the builder accepts."""
+    from cl_zoo.checkpoint.checks import accepted_args
+
+    accepted = accepted_args(get_arch(arch).builder)
+    out = {}
+    for key, value in kwargs.items():
+        if key == "num_classes" and key not in accepted:
+            if value not in _HEADLESS:
+                raise _classifier_refused(f"create_model({name!r})", value)
+            continue
+        if key not in accepted:
+            known = ", ".join(sorted(accepted)) or "no arguments"
+            raise ModelArgumentError(f"create_model({name!r}) does not take {key}={value!r}; {arch} accepts {known}")
+        out[key] = value
+    return out
+
+
+def _build(name: str, arch: str, cfg: PretrainedCfg | None, base: dict[str, Any], kwargs: dict[str, Any]) -> nn.Module:
+    """``build_arch`` with the caller's arguments; a builder refusing their values is one line, not a traceback."""
+    args = _architecture_kwargs(name, arch, kwargs)
+    try:
+        model = build_arch(arch, cfg, **{**base, **args})
+    except (TypeError, ValueError) as exc:
+        if not args:
+            raise  # no user argument involved: a bug, keep the traceback
+        given = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        text = " ".join(str(exc).split())[:200]
+        raise ModelArgumentError(f"create_model({name!r}, {given}) cannot build {arch}: {text}") from None
+    model.model_name = name
+    return model
+
+
 def create_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
     """Build a model by architecture or pretrained name.
 
@@ -230,6 +334,12 @@ def create_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Modul
     pretrained=True)`` downloads (or finds bundled/cached) weights and verifies their checksum.
     ``pretrained=False`` on a pretrained name builds its architecture with its preprocessing config
     but random weights.
+
+    ``kwargs`` go to the architecture's builder (``width=0.5``, ``in_chans=1``...); one it does not
+    accept raises :class:`~cl_zoo.errors.ModelArgumentError` naming it, never goes unread. With
+    ``pretrained=True`` the weights fix the architecture, so only ``num_classes=0`` (timm's "no
+    classifier", which every zoo model is) is accepted. ``num_classes`` > 0 is refused: zoo models
+    have no classifier head to replace.
     """
     _ensure_loaded()
     if name in _PRETRAINED:
@@ -237,10 +347,9 @@ def create_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Modul
         if pretrained:
             from cl_zoo.checkpoint.hub import load_registered
 
-            return load_registered(entry, **kwargs)
-        model = build_arch(entry.arch, entry.cfg, **{**entry.model_kwargs, **kwargs})
-        model.model_name = name
-        return model
+            check_pretrained_kwargs(f"create_model({name!r}, pretrained=True)", kwargs, ", or build random weights with pretrained=False")
+            return load_registered(entry)
+        return _build(name, entry.arch, entry.cfg, entry.model_kwargs, kwargs)
     if name in _ARCHS:
         if pretrained:
             tags = _pretrained_of(name)
@@ -248,7 +357,5 @@ def create_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Modul
             raise ModelNotFoundError(
                 f"{name!r} is an architecture; pick pretrained weights by their full name{hint}"
             )
-        model = build_arch(name, **kwargs)
-        model.model_name = name
-        return model
+        return _build(name, name, None, {}, kwargs)
     raise _not_found(name)

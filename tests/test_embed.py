@@ -321,3 +321,81 @@ def test_torchrun_two_ranks_match_one_process(photos: Path, model_dir: Path, tmp
     assert pa == pb
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
     assert json.loads((tmp_path / "sharded.meta.json").read_text())["count"] == 5
+
+
+# ---------------------------------------------------------------------------------------------
+# cl_zoo.embed on in-memory images, and normalize=
+# ---------------------------------------------------------------------------------------------
+
+EXAMPLE_PHOTOS = sorted((Path(__file__).resolve().parents[1] / "examples" / "photos").glob("*.jpg"))
+ON_CPU = {"device": "cpu", "precision": "fp32", "backend": "torch", "workers": 0, "batch_size": 4}
+
+
+@pytest.fixture(scope="module")
+def default_model() -> torch.nn.Module:
+    return cl_zoo.create_model(cl_zoo.registry.DEFAULT_MODEL, pretrained=True).eval()
+
+
+def test_embed_in_memory_images_match_files(default_model: torch.nn.Module) -> None:
+    import torchvision.transforms.functional as TF
+
+    files, paths = cl_zoo.embed(EXAMPLE_PHOTOS, default_model, **ON_CPU)
+    assert paths == [str(p) for p in EXAMPLE_PHOTOS] and files.shape == (8, 512)
+    pils = [Image.open(p) for p in paths]
+    rgb = [img.convert("RGB") for img in pils]
+    for given in (
+        pils,  # lazily opened JPEGs
+        [np.asarray(img) for img in rgb],  # HWC uint8
+        [TF.pil_to_tensor(img) for img in rgb],  # CHW uint8
+        [TF.to_tensor(img) for img in rgb],  # CHW float 0-1
+        tuple(rgb),
+    ):
+        features, names = cl_zoo.embed(given, default_model, **ON_CPU)
+        assert names == [f"<image {i}>" for i in range(8)]
+        assert np.array_equal(features, files)  # same preprocessing, same engine: bit for bit
+    one, names = cl_zoo.embed(pils[2], default_model, **ON_CPU)
+    assert names == ["<image 0>"] and one.shape == (1, 512)
+    np.testing.assert_allclose(one[0], files[2], rtol=0, atol=1e-5)  # a batch of one: other kernels, same numbers
+
+
+def test_embed_batches_and_normalize(default_model: torch.nn.Module) -> None:
+    crops = [Image.open(p).convert("RGB").resize((80, 72)) for p in EXAMPLE_PHOTOS[:4]]
+    each, _ = cl_zoo.embed(crops, default_model, **ON_CPU)
+    nhwc = np.stack([np.asarray(c) for c in crops])
+    nchw = torch.from_numpy(nhwc).permute(0, 3, 1, 2)
+    assert np.array_equal(cl_zoo.embed(nhwc, default_model, **ON_CPU)[0], each)
+    assert np.array_equal(cl_zoo.embed(nchw, default_model, **ON_CPU)[0], each)
+    assert np.array_equal(cl_zoo.embed(nchw.float() / 255, default_model, **ON_CPU)[0], each)
+    unit, _ = cl_zoo.embed(crops, default_model, normalize=True, **ON_CPU)
+    np.testing.assert_allclose(np.linalg.norm(unit, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(unit, each / np.linalg.norm(each, axis=1, keepdims=True), atol=1e-6)
+    assert np.linalg.norm(each, axis=1).min() > 1.5  # the default stays unnormalised
+    files, _ = cl_zoo.embed(EXAMPLE_PHOTOS[:2], default_model, normalize=True, **ON_CPU)
+    np.testing.assert_allclose(np.linalg.norm(files, axis=1), 1.0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("given", "match"),
+    [
+        (42, "takes paths .* or in-memory images .*; got a int"),
+        (b"photo.jpg", "got a bytes"),
+        ([EXAMPLE_PHOTOS[0], Image.new("RGB", (8, 8))], "not both in one list"),
+        ([Image.new("RGB", (8, 8)), 3], "image 1 is a int"),
+        (torch.zeros(3, 8, 8) - 0.5, r"floats in \[-0.5, -0.5\]; float pixels must lie in \[0, 1\]"),
+        (torch.full((3, 8, 8), float("nan")), r"must lie in \[0, 1\]"),
+        (torch.zeros(3, 8, 8, dtype=torch.int64), "dtype int64; pixels are uint8"),
+        (torch.zeros(8, 8, 3, dtype=torch.uint8), r"CHW or NCHW .* permute\(2, 0, 1\)"),
+        (np.zeros((3, 8, 8), np.uint8), r"HW, HWC or NHWC .* transpose\(1, 2, 0\)"),
+        (np.zeros((2, 2, 8, 8, 3), np.uint8), "HW, HWC or NHWC"),
+        (np.zeros((0, 8, 8, 3), np.uint8), "no images given"),
+    ],
+)
+def test_embed_refuses_what_it_cannot_read(given: object, match: str) -> None:
+    with pytest.raises(cl_zoo.ClZooError, match=match) as info:
+        cl_zoo.embed(given, tiny_model(), **ON_CPU)
+    assert "\n" not in str(info.value)
+
+
+def test_embed_in_memory_int8_needs_calibration_files() -> None:
+    with pytest.raises(cl_zoo.ClZooError, match="calibration="):
+        cl_zoo.embed(Image.new("RGB", (40, 40)), tiny_model(), precision="int8", device="cpu")

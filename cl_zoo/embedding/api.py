@@ -1,24 +1,63 @@
-"""``cl_zoo.embed``: the one-call Python entry point (files, folders, lists or tar shards in, an array out)."""
+"""``cl_zoo.embed``: the one-call Python entry point.
+
+Files, folders, path lists or tar shards (local or fsspec URLs) go through the batched loop every
+consumer shares (:func:`extract_features`); in-memory images (PIL images, tensors, arrays) skip
+only the decoding: they get the same resize and crop (:class:`~cl_zoo.embedding.preprocess.Preprocess`)
+and run through the same normalisation and engine (:class:`~cl_zoo.embedding.extract.BatchForward`),
+so an image gives the same row whether it is passed as a file or as the PIL image read from it.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
-from typing import Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
+import torch
 import torch.nn as nn
+from PIL import Image
 
-from cl_zoo.data.images import discover_images
-from cl_zoo.embedding.extract import extract_features
+from cl_zoo.data.images import discover_images, to_rgb
+from cl_zoo.data.transforms import IN_MEMORY_KINDS, is_in_memory, pil_images
+from cl_zoo.embedding.checks import check_finite
+from cl_zoo.embedding.extract import BatchForward, extract_features, prepare_engine
 from cl_zoo.embedding.inputs import resolve_inputs
 from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY
 from cl_zoo.embedding.reference import load_embedding_model
-from cl_zoo.errors import DataError
+from cl_zoo.errors import ClZooError, DataError
+
+# What ``cl_zoo.embed`` accepts, for the one-line refusal of anything else.
+ACCEPTED = (
+    "paths (image files, folders, path lists, WebDataset tars, URLs) or in-memory images "
+    f"({IN_MEMORY_KINDS}), one or a list"
+)
+
+EmbedInput = Any  # str | os.PathLike | PIL.Image.Image | torch.Tensor | np.ndarray | an iterable of one kind
+
+
+def _split_inputs(inputs: EmbedInput) -> tuple[list[str | os.PathLike[str]] | None, list[Image.Image] | None]:
+    """(path specs, None) or (None, PIL images): which of the two routes ``inputs`` takes."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [inputs], None
+    if is_in_memory(inputs):
+        return None, pil_images(inputs)
+    if isinstance(inputs, (bytes, bytearray, Mapping)) or not isinstance(inputs, Iterable):
+        raise DataError(f"cl_zoo.embed takes {ACCEPTED}; got a {type(inputs).__name__}")
+    items = list(inputs)
+    if any(is_in_memory(item) for item in items):
+        if any(isinstance(item, (str, os.PathLike)) for item in items):
+            raise DataError("cl_zoo.embed takes a list of paths or a list of in-memory images, not both in one list")
+        return None, pil_images(items)
+    for item in items:
+        if not isinstance(item, (str, os.PathLike)):
+            raise DataError(f"cl_zoo.embed takes {ACCEPTED}; got a list holding a {type(item).__name__}")
+    return items, None
 
 
 def embed(
-    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    paths: EmbedInput,
     model: str | os.PathLike[str] | nn.Module | None = None,
     *,
     batch_size: int = 64,
@@ -30,8 +69,9 @@ def embed(
     calibration: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None,
     force_int8: bool = False,
     image_key: str | None = None,
+    normalize: bool = False,
 ) -> tuple[np.ndarray, list[str]]:
-    """Embed image files, folders, path lists or WebDataset tars (local or fsspec URLs); returns float32 ``[N, D]`` and the N paths.
+    """Embed image files, folders, path lists or WebDataset tars (local or fsspec URLs), or in-memory images; returns float32 ``[N, D]`` and the N paths.
 
     Tar samples are named ``<tar>#<key>``; ``image_key`` picks their image member (default
     ``jpg;jpeg;png;webp``).
@@ -43,13 +83,34 @@ def embed(
     OpenVINO where this machine runs them faster (:func:`extract_features`); features are float32.
     ``precision="int8"`` calibrates on a sample of ``paths`` (or of ``calibration``: files, folders
     or path lists) and checks neighbour recall before using int8 (``force_int8`` skips the check).
+    ``normalize=True`` scales every row to unit L2 norm (as ``cl-zoo search`` does before comparing),
+    so dot products are cosine similarities.
+
+    In-memory images, instead of paths: a PIL image, a torch tensor (CHW, or NCHW for a batch), a
+    numpy array (HWC as ``np.asarray(pil_image)`` gives, HW for greyscale, or NHWC), or a list of
+    them. Pixels are uint8 in 0-255 or floats in [0, 1] (torchvision's ``ToTensor``); floats are
+    rounded to 8 bits and anything outside [0, 1] is refused (an already normalised tensor cannot
+    be told apart from a bright one: pass the image before normalising). They take the files' resize,
+    crop and normalisation (:func:`cl_zoo.create_transform` is the same preprocessing, one image at a
+    time), in this process (they are decoded already, so ``workers`` is not used); every image gives a
+    row, in input order, named ``<image i>`` in the returned list. ``precision="int8"`` needs
+    ``calibration`` files for them. Anything else is refused in one :class:`DataError` line.
     """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    found = resolve_inputs(list(paths))
-    files = found.files
+    specs, images = _split_inputs(paths)
     if isinstance(calibration, (str, os.PathLike)):
         calibration = [calibration]
+    if images is not None:
+        if precision == "int8" and calibration is None:
+            raise ClZooError("precision='int8' calibrates on image files: pass calibration=<files, folders or path lists> with in-memory images")
+        calibration_files = list(discover_images(calibration)) if calibration is not None else None
+        features = _embed_images(
+            images, load_embedding_model(model), batch_size=batch_size, device=device, workers=workers, precision=precision,
+            backend=backend, progress=progress, calibration=calibration_files, force_int8=force_int8,
+        )
+        return (_unit_rows(features) if normalize else features), [f"<image {i}>" for i in range(len(images))]
+    assert specs is not None
+    found = resolve_inputs(specs)
+    files = found.files
     calibration_files = list(discover_images(calibration)) if calibration is not None else None
     net = load_embedding_model(model)
     if found.is_webdataset:
@@ -71,6 +132,60 @@ def embed(
             f"skipped {len(result.failures)} unreadable images, e.g. {result.failures[0][0]}: {result.failures[0][1]}",
             stacklevel=2,
         )
-    return result.features, result.paths
+    return (_unit_rows(result.features) if normalize else result.features), result.paths
+
+
+def _unit_rows(features: np.ndarray) -> np.ndarray:
+    from cl_zoo.search import normalize
+
+    return normalize(features)
+
+
+def _embed_images(
+    images: list[Image.Image],
+    net: nn.Module,
+    *,
+    batch_size: int,
+    device: str,
+    workers: int | None,
+    precision: str,
+    backend: str,
+    progress: bool,
+    calibration: list[str] | None,
+    force_int8: bool,
+) -> np.ndarray:
+    """float32 ``[N, D]`` features of decoded images: the files' preprocessing and engine, minus the decoding."""
+    from tqdm import tqdm
+
+    if not images:
+        raise DataError("no images given")
+    engine = prepare_engine(
+        net, [], batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
+        need_fingerprint=False, calibration=calibration, force_int8=force_int8, images=len(images),
+    )
+    forward = BatchForward(net, engine)
+    names = [f"<image {i}>" for i in range(len(images))]
+    parts: list[np.ndarray] = []
+    bar = tqdm(total=len(images), unit="img", disable=None if progress else True, file=sys.stderr, dynamic_ncols=True)
+    try:
+        with forward.context():
+            for start in range(0, len(images), batch_size):
+                batch = images[start:start + batch_size]
+                pixels = torch.from_numpy(np.stack([_pixels_of(img, engine.preprocess, names[start + i]) for i, img in enumerate(batch)]))
+                feats = forward(pixels)
+                check_finite(feats, names[start:start + len(batch)], net, engine.precision)
+                parts.append(feats)
+                bar.update(len(batch))
+    finally:
+        bar.close()
+    return np.concatenate(parts)
+
+
+def _pixels_of(img: Image.Image, preprocess: Any, name: str) -> np.ndarray:
+    """uint8 HWC pixels of one image, as :class:`~cl_zoo.embedding.preprocess.ImageList` makes them from a file."""
+    try:
+        return preprocess(to_rgb(img))
+    except OSError as exc:  # a lazily opened PIL image whose file is truncated or gone
+        raise DataError(f"{name} cannot be read: {' '.join(str(exc).split())[:200]}") from None
 
 
