@@ -56,10 +56,16 @@ def how_to_load(card: str) -> str:
 
 def test_front_matter_of_a_timm_loadable_folder(resnet18_folder: Path) -> None:
     meta = parse_front_matter((resnet18_folder / CARD_NAME).read_text(encoding="utf-8"))
-    assert meta["library_name"] == "cl-zoo" and meta["pipeline_tag"] == "image-feature-extraction"
-    assert meta["license"] == "apache-2.0" and meta["datasets"] == ["imagenette"]
+    # timm loads it as it is: the Hub shows timm's "Use this model" snippet; cl-zoo stays in the tags.
+    assert meta["library_name"] == "timm" and meta["pipeline_tag"] == "image-feature-extraction"
+    assert meta["license"] == "apache-2.0" and meta["datasets"] == ["frgfm/imagenette"]  # a Hub dataset id
     assert {"cl-zoo", "simclr", "timm", "self-supervised", "contrastive-learning"} <= set(meta["tags"])
     assert "base_model" not in meta
+    # What huggingface_hub reads back is what was written.
+    from huggingface_hub import ModelCard
+
+    data = ModelCard((resnet18_folder / CARD_NAME).read_text(encoding="utf-8")).data
+    assert data.library_name == "timm" and data.datasets == ["frgfm/imagenette"] and data.eval_results
 
 
 @pytest.mark.parametrize(
@@ -72,7 +78,8 @@ def test_front_matter_of_a_timm_loadable_folder(resnet18_folder: Path) -> None:
 )
 def test_a_folder_timm_cannot_load_says_why_in_one_line(arch: str, model_args: dict, reason: str) -> None:
     config = config_of(arch, **model_args)
-    assert "timm" not in front_matter(config)["tags"]
+    meta = front_matter(config)
+    assert "timm" not in meta["tags"] and meta["library_name"] == "cl-zoo" and "cl-zoo" in meta["tags"]
     card = render_card(config, folder="/tmp/some ckpt")
     section = how_to_load(card)
     lines = [line for line in section.splitlines() if "timm" in line]
@@ -90,7 +97,7 @@ def test_format_version_1_config_is_still_read() -> None:
                             "epochs": 7, "metrics": {"cifar10_knn_k20_top1": 0.5}}
     v1.pop("metrics")
     meta = front_matter(v1)
-    assert meta["license"] == "mit" and meta["datasets"] == ["cifar10"] and "dcl" in meta["tags"] and "timm" not in meta["tags"]
+    assert meta["license"] == "mit" and meta["datasets"] == ["uoft-cs/cifar10"] and "dcl" in meta["tags"] and "timm" not in meta["tags"]
     assert meta["model-index"][0]["results"][0]["metrics"][0]["name"] == "kNN top-1 (k=20) on cifar10 test"
     card = render_card(v1, folder="/tmp/v1")
     assert "for 7 epochs" in card and "centre-crop 32x32" in card
@@ -110,17 +117,17 @@ def test_model_index_uses_standard_types_and_names_the_protocol() -> None:
     assert len(entries) == len(METRICS) - 1  # train_loss has no accuracy type: left out, not invented
     # One result per dataset, with the split named datasets are evaluated on.
     imagenette = results["imagenette"]
-    assert imagenette["dataset"] == {"type": "imagenette", "name": "imagenette", "split": "val"}
+    assert imagenette["dataset"] == {"type": "frgfm/imagenette", "name": "imagenette", "split": "val"}
     names = {m["name"]: m["value"] for m in imagenette["metrics"]}
     assert names == {
         "kNN top-1 (k=200, T=0.1) on imagenette val": 0.6074,  # T from the recorded evaluation
         "kNN top-5 (k=200, T=0.1) on imagenette val": 0.9368,
         "Linear probe top-1 (fast protocol) on imagenette val": 0.6492,
     }
-    assert results["cifar10"]["dataset"]["split"] == "test"
+    assert results["cifar10"]["dataset"] == {"type": "uoft-cs/cifar10", "name": "cifar10", "split": "test"}
     assert [m["name"] for m in results["cifar10"]["metrics"]] == ["kNN top-1 (k=20) on cifar10 test"]
     monitor = next(r for name, r in results.items() if "monitor" in name)
-    assert monitor["dataset"]["type"] == "imagenette" and "split" not in monitor["dataset"]
+    assert monitor["dataset"]["type"] == "frgfm/imagenette" and "split" not in monitor["dataset"]
     assert monitor["metrics"][0]["name"] == "kNN top-1 (k=200) on held-out images, monitored during pretraining"
     assert results["unknown"]["metrics"] == [{"type": "accuracy", "value": 0.3, "name": "knn_top1"}]
     # huggingface_hub reads it back as evaluation results (what the Hub's widget shows).
@@ -163,16 +170,67 @@ def test_how_to_load_shows_cl_zoo_then_timm_then_torch_hub(resnet18_folder: Path
     assert "timm.create_model('hf-hub:alice/r18', pretrained=True)" in hub
 
 
-def test_rendered_timm_block_gives_cl_zoo_features(resnet18_folder: Path) -> None:
+def test_both_snippets_push_a_real_photo_through_the_same_preprocessing_to_the_same_features(
+    resnet18_folder: Path, tmp_path: Path
+) -> None:
+    """The card's two blocks, as written (the sample photo served from a local file): the same photo
+    becomes (to one 8-bit level) the same input tensor, and the same network gives the same features."""
     pytest.importorskip("timm", reason="timm is an optional extra (pip install cl-zoo[timm])")
+    from cl_zoo.checkpoint.card import SAMPLE_IMAGE_URL
+    from cl_zoo.checkpoint.usage import _local_sample_image
+
     card = (resnet18_folder / CARD_NAME).read_text(encoding="utf-8")
-    block = next(b for b in usage_blocks(card, every=True) if not uses_cl_zoo(b))
-    namespace: dict[str, Any] = {}
-    exec(compile(block, "timm block", "exec"), namespace)  # the card's text, as written
-    with torch.no_grad():
-        expected = cl_zoo.load_pretrained(resnet18_folder)(namespace["images"])
-    assert not namespace["model"].training and namespace["features"].shape == expected.shape
-    assert torch.allclose(namespace["features"], expected, atol=1e-5)
+    ours, theirs = usage_blocks(card, every=True)
+    assert SAMPLE_IMAGE_URL in ours and SAMPLE_IMAGE_URL in theirs and "torch.rand" not in card
+    assert "timm.data.resolve_model_data_config(model)" in theirs and "is_training=False" in theirs
+    run: list[dict[str, Any]] = []
+    for block in (ours, theirs):
+        namespace: dict[str, Any] = {}
+        exec(compile(_local_sample_image(block, tmp_path), "card block", "exec"), namespace)  # the card's text
+        run.append(namespace)
+    zoo, tm = run
+    assert not zoo["model"].training and not tm["model"].training
+    assert zoo["features"].shape == tm["features"].shape == (1, 512)
+    # The same resize, crop and normalisation: pixels agree to within one 8-bit level (PIL rounds its
+    # resized image to uint8, a float resize need not), so the features agree to 1e-3 of their scale.
+    one_level = 1.0 / 255 / min(tm["config"]["std"])
+    assert (zoo["transform"](zoo["image"]) - tm["transform"](tm["image"])).abs().max() <= 1.01 * one_level
+    x = tm["transform"](tm["image"]).unsqueeze(0)
+    with torch.no_grad():  # the same network: one input tensor, the same features
+        assert torch.allclose(zoo["model"](x), tm["model"](x), atol=1e-5)
+    assert torch.nn.functional.cosine_similarity(zoo["features"], tm["features"]).item() > 0.9999
+
+
+def test_datasets_are_hub_ids_and_unknown_ones_are_left_out() -> None:
+    from cl_zoo.checkpoint.card import hub_dataset_id
+
+    assert [hub_dataset_id(n) for n in ("cifar10", "CIFAR100", "imagenette", "imagenet-1k", "imagenet1k")] == [
+        "uoft-cs/cifar10", "uoft-cs/cifar100", "frgfm/imagenette", "ILSVRC/imagenet-1k", "ILSVRC/imagenet-1k"]
+    assert hub_dataset_id("data/my-photos") is None  # a path, never taken for a Hub id
+    assert hub_dataset_id("stl10") is None and hub_dataset_id("my_folder") is None and hub_dataset_id(None) is None
+    config = config_of("resnet18")
+    config["cl_zoo_pretrained_cfg"]["dataset"] = "my_folder"
+    config["metrics"] = {"my_folder_knn_k20_top1": 0.5}
+    meta = front_matter(config)
+    assert "datasets" not in meta  # no link to a dataset the Hub does not have
+    assert meta["model-index"][0]["results"][0]["dataset"] == {"type": "my_folder", "name": "my_folder"}
+
+
+def test_publish_accepts_the_library_names_cards_are_written_with(resnet18_folder: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from cl_zoo.checkpoint.publish import validate_folder
+    from cl_zoo.errors import CheckpointError
+
+    assert validate_folder(resnet18_folder).front_matter["library_name"] == "timm"
+    folder = Path(shutil.copytree(resnet18_folder, tmp_path / "copy"))
+    card = folder / CARD_NAME
+    card.write_text(card.read_text(encoding="utf-8").replace("library_name: timm", "library_name: cl-zoo"), encoding="utf-8")
+    assert validate_folder(folder).front_matter["library_name"] == "cl-zoo"
+    card.write_text(card.read_text(encoding="utf-8").replace("library_name: cl-zoo", "library_name: transformers"),
+                    encoding="utf-8")
+    with pytest.raises(CheckpointError, match="library_name is 'transformers', expected 'timm' or 'cl-zoo'"):
+        validate_folder(folder)
 
 
 def test_v2_config_with_cl_zoo_keys_in_pretrained_cfg_is_not_carded_as_timm_loadable() -> None:

@@ -79,15 +79,15 @@ def test_publish_refuses_a_card_whose_snippet_fails(saved: tuple[Path, torch.nn.
     folder, _ = saved
     card = folder / CARD_NAME
     text = card.read_text(encoding="utf-8")
-    # The pre-fix card: `images` is never defined, so the snippet raises NameError.
-    card.write_text(text.replace("images = torch.rand", "pixels = torch.rand"), encoding="utf-8")
+    # An edited card: `image` is never defined, so the snippet raises NameError.
+    card.write_text(text.replace("image = Image.open(", "photo = Image.open("), encoding="utf-8")
     with pytest.raises(CheckpointError, match="not the one cl-zoo generates from config.json"):
         card_for_repo(folder, "alice/tiny")
-    with pytest.raises(CheckpointError, match="usage snippet fails .*NameError: name 'images' is not defined"):
+    with pytest.raises(CheckpointError, match="usage snippet fails .*NameError: name 'image' is not defined"):
         card_for_repo(folder, "alice/tiny", run_card_code=True)
     code = main(["publish", str(folder), "--repo-id", "alice/tiny", "--dry-run", "--run-card-code"])
     out, err = capsys.readouterr()
-    assert code == 2 and "pixels = torch.rand" in out  # the code is shown before it runs
+    assert code == 2 and "photo = Image.open(" in out  # the code is shown before it runs
     assert err.startswith("error: ") and err.count("\n") == 1 and "NameError" in err
     # A card whose snippet loads something else than what is uploaded is refused too.
     card.write_text(text.replace(str(folder.resolve()), "resnet18_cifar"), encoding="utf-8")

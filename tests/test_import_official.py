@@ -15,7 +15,7 @@ import argparse
 import hashlib
 import json
 import math
-import urllib.error
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -523,13 +523,16 @@ def test_offline_error_is_one_line_and_names_the_url(tmp_path: Path, monkeypatch
     assert "\n" not in message and RELEASES["jcl_resnet50.in1k_official"].sources[0].url in message
     monkeypatch.delenv("CL_ZOO_OFFLINE")
 
-    def no_network(*args: Any, **kwargs: Any) -> None:
-        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
-
-    monkeypatch.setattr(sources.urllib.request, "urlopen", no_network)
+    # The published host, unreachable: its address is swapped for a port nothing listens on, so the
+    # real download client (torch.hub) gets a refused connection, at once.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setattr(sources, "direct_url", lambda url, member=None: f"http://127.0.0.1:{port}/{url.rsplit('/', 1)[-1]}")
     with pytest.raises(HubError) as info:
         cl_zoo.create_model("mocov2_resnet50.in1k_official", pretrained=True)
-    assert "name resolution" in str(info.value) and "moco_v2_200ep_pretrain.pth.tar" in str(info.value)
+    message = str(info.value)
+    assert "\n" not in message and "refused" in message.lower() and "moco_v2_200ep_pretrain.pth.tar" in message
     assert not list((tmp_path / "cache" / "releases" / "downloads").glob("*"))  # no partial file left
 
 

@@ -399,6 +399,102 @@ def test_offline_names_every_source_in_order_in_one_line(tmp_path: Path, monkeyp
     assert "not in the HF cache" in message and "offline" in message
 
 
+# --------------------------------------------------------------------------------------------------
+# Non-Hub downloads: torch.hub's client, whole-or-nothing, checked, one-line errors
+# --------------------------------------------------------------------------------------------------
+
+
+def served_url(hub: FakeHub, data: bytes, name: str = "weights.pth.tar") -> str:
+    """A plain URL on the local test server that answers ``data`` (a fake Hub file: any GET URL will do)."""
+    seed(hub, "publisher/weights", "0" * 40, {name: data})
+    return f"{hub.endpoint}/publisher/weights/resolve/{'0' * 40}/{name}"
+
+
+def test_a_url_download_lands_whole_and_checked(
+    tmp_path: Path, hub: FakeHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = os.urandom(300_000)
+    url = served_url(hub, data)
+    dest = tmp_path / "downloads" / "weights.pth.tar"
+    assert sources.download(url, dest, sha256=hashlib.sha256(data).hexdigest(), progress=False) == dest
+    assert dest.read_bytes() == data and sorted(p.name for p in dest.parent.iterdir()) == [dest.name]
+    assert capsys.readouterr().err == ""  # progress off: nothing on stderr
+    again = tmp_path / "again" / "weights.pth.tar"
+    sources.download(url, again, progress=True)  # no pin: fetched as is, with torch.hub's tqdm bar
+    assert again.read_bytes() == data and "100%" in capsys.readouterr().err
+
+
+def test_a_url_download_failing_its_sha256_leaves_nothing(tmp_path: Path, hub: FakeHub) -> None:
+    data = b"not the published weights" * 1000
+    url = served_url(hub, data)
+    dest = tmp_path / "downloads" / "weights.pth.tar"
+    with pytest.raises(CheckpointError) as info:
+        sources.download(url, dest, sha256="0" * 64, progress=False)
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"checksum mismatch for {url}: expected sha256 0000")
+    assert hashlib.sha256(data).hexdigest()[:16] in message
+    assert not dest.exists() and not list(dest.parent.iterdir())  # no partial file, no wrong file
+
+
+def test_an_unreachable_host_is_one_line_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.delenv("CL_ZOO_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with socket.socket() as sock:  # a port nothing listens on once the socket is closed
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/weights.pth.tar"
+    dest = tmp_path / "downloads" / "weights.pth.tar"
+    started = time.monotonic()
+    with pytest.raises(HubError) as info:
+        sources.download(url, dest, progress=False)
+    assert time.monotonic() - started < 5  # no retry loop
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"cannot download {url} (") and "refused" in message.lower()
+    assert not list(dest.parent.iterdir())
+    # Offline mode refuses before connecting, and says what to do.
+    monkeypatch.setenv("CL_ZOO_OFFLINE", "1")
+    with pytest.raises(HubError, match=f"cannot download {url}: offline mode .* unset it, or put the file at"):
+        sources.download(url, dest, progress=False)
+
+
+def test_a_host_that_stalls_is_one_line_after_the_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.hub's urlopen has no timeout: a host that accepts and never answers hung the command."""
+    import socket
+
+    monkeypatch.delenv("CL_ZOO_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    before = socket.getdefaulttimeout()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)  # the kernel accepts the connection; nobody ever answers
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/weights.pth.tar"
+        dest = tmp_path / "downloads" / "weights.pth.tar"
+        started = time.monotonic()
+        with pytest.raises(HubError) as info:
+            sources.download(url, dest, progress=False, timeout=0.5)
+        assert time.monotonic() - started < 5
+    message = str(info.value)
+    assert "\n" not in message and message.startswith(f"cannot download {url} (") and "0.5 s" in message
+    assert not list(dest.parent.iterdir()) and socket.getdefaulttimeout() == before  # the default is restored
+
+
+def test_a_release_url_with_a_pinned_sha256_is_checked_as_it_downloads(
+    tmp_path: Path, hub: FakeHub, cacr_release: Any
+) -> None:
+    make, data, _, real_hub = cacr_release
+    name = make(hashlib.sha256(data).hexdigest())  # the Hub source has no repo: the URL source is used
+    release = RELEASES[name]
+    url = served_url(hub, data + b"tampered", "cacr.pth.tar")
+    wrong = dataclasses.replace(release.sources[1], url=url, sha256=hashlib.sha256(data).hexdigest())
+    RELEASES[name] = dataclasses.replace(release, sources=(release.sources[0], wrong))
+    with pytest.raises(CheckpointError) as info:
+        cl_zoo.create_model(name, pretrained=True)
+    message = str(info.value)
+    assert "\n" not in message and f"2) {url} (checksum mismatch: expected sha256" in message
+    assert not list((tmp_path / "cl-cache" / "releases" / "downloads").iterdir())
+
+
 def test_a_lightly_card_says_plainly_that_lightly_trained_it_not_the_authors() -> None:
     from cl_zoo.convert.readers import ConversionReport, _card_sections
 

@@ -86,6 +86,7 @@ def test_offline_and_not_cached_says_where_it_comes_from_in_one_line(
     message = str(info.value)
     assert "\n" not in message
     assert f"hf-hub:{ZOO_NAMESPACE}/{NAME}" in message and "HF_HUB_OFFLINE" in message
+    assert "download it once with network access" in message  # what to do, not only what failed
     assert "CL_ZOO_MODEL_CARDS" in message and DEFAULT_MODEL in message
     from cl_zoo.cli import main
 

@@ -1,14 +1,18 @@
 """Model cards: the README.md of a checkpoint folder (Hub YAML front matter + sections).
 
-The front matter follows the Hub's model-card conventions: ``library_name: cl-zoo``,
-``pipeline_tag: image-feature-extraction``, a ``timm`` tag when timm can load the folder, a
-``base_model`` for mirrors of third-party releases, and a ``model-index`` whose metric types are
+The front matter follows the Hub's model-card conventions and is written through
+``huggingface_hub.ModelCardData`` (which parses and checks the ``model-index``): ``library_name:
+timm`` when timm can load the folder as it is (the Hub then shows timm's "Use this model" snippet),
+else ``library_name: cl-zoo`` (see :func:`library_name`); ``cl-zoo`` in the tags either way;
+``pipeline_tag: image-feature-extraction``; ``datasets`` as Hub dataset ids (:data:`HUB_DATASETS`);
+a ``base_model`` for mirrors of third-party releases; and a ``model-index`` whose metric types are
 the Hub's standard ``accuracy`` (the protocol goes in the metric's name: a Hub widget or leaderboard
 compares metrics by type, and ``imagenette_knn_k200_top1`` is no type it knows). The sections say
 how to load *this* checkpoint (the Python and command-line calls name its own folder, Hub id or
-registered name; the cl-zoo Python block runs as written: ``cl-zoo publish`` executes it before
-uploading; a timm block follows when timm can load the folder), what it was trained on, how it was
-evaluated, and which paper to cite.
+registered name; a real photo goes through the checkpoint's own preprocessing; the cl-zoo Python
+block runs as written: ``cl-zoo publish`` executes it before uploading, with the sample photo
+served from a local file; a timm block follows when timm can load the folder), what it was trained
+on, how it was evaluated, and which paper to cite.
 """
 
 from __future__ import annotations
@@ -69,6 +73,53 @@ PAPERS: dict[str, tuple[str, str]] = {
 PAPERS["dclw"] = PAPERS["dcl"]
 PAPERS["eqco"] = PAPERS["simo"]
 PAPERS["moco"] = PAPERS["mocov2"]
+
+
+# cl-zoo's dataset names -> the Hub dataset ids the card's ``datasets:`` and model-index name (the Hub
+# links an id to its dataset page; a bare "imagenette" links nowhere). Each id is copied from the
+# dataset's own page on the Hub:
+# - uoft-cs/cifar10: https://huggingface.co/datasets/uoft-cs/cifar10 ("Dataset Card for CIFAR-10")
+# - uoft-cs/cifar100: https://huggingface.co/datasets/uoft-cs/cifar100 ("Dataset Card for CIFAR-100")
+# - frgfm/imagenette: https://huggingface.co/datasets/frgfm/imagenette (its imagenette.py:
+#   _REPO = "https://huggingface.co/datasets/frgfm/imagenette/resolve/main/metadata"); cl-zoo's
+#   imagenette is a resized copy of the same images and split
+# - ILSVRC/imagenet-1k: https://huggingface.co/datasets/ILSVRC/imagenet-1k (the ILSVRC-2012
+#   classification data, gated; the releases' "imagenet-1k" / metric prefix "imagenet1k")
+# STL-10 has no copy on the Hub from its authors or the Hub team (only personal re-uploads), so it
+# is left out rather than pointed at one of them; so is any user's own folder name.
+HUB_DATASETS: dict[str, str] = {
+    "cifar10": "uoft-cs/cifar10",
+    "cifar100": "uoft-cs/cifar100",
+    "imagenette": "frgfm/imagenette",
+    "imagenet-1k": "ILSVRC/imagenet-1k",
+    "imagenet1k": "ILSVRC/imagenet-1k",
+}
+
+
+def hub_dataset_id(name: object) -> str | None:
+    """The Hub dataset id of the dataset cl-zoo names ``name``, else None.
+
+    Only known names map: cl-zoo trains on folders, archives and named datasets, never on a Hub
+    dataset by id, so a name with a slash is a path, not an id to link to.
+    """
+    return HUB_DATASETS.get(name.strip().lower()) if isinstance(name, str) else None
+
+
+# ``library_name`` picks the Hub's "Use this model" snippet and library filter. The Hub knows timm
+# (huggingface.js packages/tasks/src/model-libraries.ts lists "timm"), and timm loads a folder
+# :func:`timm_model_name` accepts as it is, so those cards say timm. cl-zoo is not a library the Hub
+# knows: a card naming it gets no snippet and no filter entry (the card's own "How to load" is the
+# snippet), but it is accepted and shown. It is still the deliberate choice for folders timm cannot
+# load (CMC's L/ab pairs, CIFAR stems, widths): without a library_name the Hub guesses from the
+# files, and "if nothing is detected and there is a config.json file, it's assumed the library is
+# transformers" (https://huggingface.co/docs/hub/model-cards, "Specifying a library"), which would
+# offer a snippet that cannot work.
+LIBRARY_NAMES: tuple[str, ...] = ("timm", "cl-zoo")
+
+
+def library_name(config: Mapping[str, Any]) -> str:
+    """The card's ``library_name``: ``timm`` when timm loads the folder as it is, else ``cl-zoo``."""
+    return "timm" if timm_model_name(config) else "cl-zoo"
 
 
 # Sections render_card builds from config.json alone; any other section of a card was passed in by
@@ -175,9 +226,10 @@ def model_index(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     for data, entries in grouped.items():
         if data == MONITOR:
             trained_on = _training_dataset(config) or UNKNOWN_DATA
-            dataset: dict[str, Any] = {"type": trained_on, "name": f"{trained_on} (held-out images, pretraining monitor)"}
+            dataset: dict[str, Any] = {"type": hub_dataset_id(trained_on) or trained_on,
+                                       "name": f"{trained_on} (held-out images, pretraining monitor)"}
         else:
-            dataset = {"type": data, "name": data}
+            dataset = {"type": hub_dataset_id(data) or data, "name": data}
             if entries[0][0].split:
                 dataset["split"] = entries[0][0].split
         results.append({
@@ -234,20 +286,19 @@ def timm_refusal(config: Mapping[str, Any]) -> str:
 
 
 def front_matter(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The card's YAML front matter; ``library_name: cl-zoo`` is what ``cl-zoo publish`` validates."""
+    """The card's YAML front matter (see :func:`library_name` for why timm or cl-zoo)."""
     cfg = merged_pretrained_cfg(config)
     method = str(config.get("method") or cfg.get("method") or "").lower()
-    dataset = cfg.get("dataset")
     tags = {"cl-zoo", "self-supervised", "contrastive-learning", "image-feature-extraction", method}
     if timm_model_name(config):
         tags.add("timm")
     meta: dict[str, Any] = {
-        "library_name": "cl-zoo",
+        "library_name": library_name(config),
         "license": cfg.get("license") or "apache-2.0",
         "tags": sorted(tags - {""}),
         "pipeline_tag": "image-feature-extraction",
     }
-    if dataset:
+    if dataset := hub_dataset_id(cfg.get("dataset")):
         meta["datasets"] = [dataset]
     mirror = config.get("mirror")
     if isinstance(mirror, Mapping) and isinstance(mirror.get("base_model"), str) and mirror["base_model"].strip():
@@ -255,6 +306,17 @@ def front_matter(config: Mapping[str, Any]) -> dict[str, Any]:
     if index := model_index(config):
         meta["model-index"] = index
     return meta
+
+
+def front_matter_yaml(config: Mapping[str, Any]) -> str:
+    """:func:`front_matter` as huggingface_hub writes it (``ModelCardData.to_yaml``), after its own
+    checks: a model-index it cannot parse back into evaluation results raises here, not on the Hub."""
+    from huggingface_hub import ModelCardData
+
+    meta = front_matter(config)
+    for entry in meta.get("model-index", []):
+        entry["name"] = str(entry.get("name"))  # ModelCardData wants a model name with eval results
+    return ModelCardData(**meta).to_yaml()
 
 
 # ------------------------------------------------------------------------------------- escaping
@@ -293,6 +355,9 @@ def code_block(text: str, language: str = "") -> str:
     return f"{fence}{language}\n{text}\n{fence}"
 
 
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+
+
 def contained_section(body: str) -> str:
     """A section body passed in by whoever wrote the folder, unable to leave its section: lines
     that would be headings outside code fences are escaped, and a fence left open is closed."""
@@ -302,7 +367,9 @@ def contained_section(body: str) -> str:
     fences = FenceTracker()
     for line in _CONTROL.sub("", body.replace("\r\n", "\n").replace("\r", "\n")).split("\n"):
         line = _LINE_BREAKS.sub(" ", line)
-        if fences.feed(line) == "outside" and line.lstrip(" ").startswith("#"):
+        outside = fences.feed(line) == "outside"
+        # "#" opens a heading; so does a "---"/"===" line under text (a setext heading): both escaped.
+        if outside and (line.lstrip(" ").startswith("#") or (_SETEXT_UNDERLINE.match(line) and out and out[-1].strip())):
             line = "\\" + line.lstrip(" ")
         out.append(line)
     if fences.fence is not None:
@@ -361,23 +428,50 @@ def timm_source(config: Mapping[str, Any], source: str, folder: str | os.PathLik
     return None
 
 
-def _timm_text(config: Mapping[str, Any], source: str, folder: str | os.PathLike[str] | None, size: list[int]) -> str:
+# The photo timm's own model cards push through their preprocessing ("Model Usage" on e.g.
+# https://huggingface.co/timm/fastvit_t8.apple_in1k: ``img = Image.open(urlopen('<this URL>'))``), so
+# a card's snippet shows the real path from an image file to features, not a random tensor.
+# ``check_usage`` serves it from a local file when it runs a card's snippet (offline, no network).
+SAMPLE_IMAGE_URL = "https://huggingface.co/datasets/huggingface/documentation-images/resolve/main/beignets-task-guide.png"
+
+_OPEN_IMAGE = (
+    f"image = Image.open(urlopen(\n    {SAMPLE_IMAGE_URL!r}\n)).convert('RGB')  # or Image.open('photo.jpg').convert('RGB')\n"
+)
+
+# One line for every card whatever its calls name (a card written for a folder is retargeted to its
+# Hub repo on upload, not re-rendered, so the line must hold for both); the timm clause only where
+# the card shows timm's block.
+OFFLINE_NOTE = (
+    "Offline, open a local photo instead of the sample URL; an `hf-hub:` checkpoint loads from the Hugging Face "
+    "cache once an earlier run with network access has downloaded it (`HF_HUB_OFFLINE=1` then skips the network)."
+)
+TIMM_OFFLINE_NOTE = (
+    " timm's `hf-hub:` load needs that earlier download too: without it, it ends in huggingface_hub's own "
+    "traceback after retrying the Hub."
+)
+
+
+def _timm_text(config: Mapping[str, Any], source: str, folder: str | os.PathLike[str] | None) -> str:
     """The timm part of "How to load": a block when timm can load the checkpoint, else one line saying why not."""
     arch = timm_model_name(config)
     if arch is None:
         return timm_refusal(config)
-    same = (f"timm gives the same features as cl-zoo: config.json's `num_classes: 0` makes timm build `{arch}` "
-            "without its classifier, and it loads the same weights.")
+    same = (f"timm builds the same network as cl-zoo: config.json's `num_classes: 0` makes timm build `{arch}` "
+            "without its classifier, and it loads the same weights. Its transform reads the same mean, std, input size "
+            "and crop_pct from config.json; its resize rounds a few pixels one 8-bit level apart from cl-zoo's, so "
+            "features of the same photo can differ in the third decimal.")
     target = timm_source(config, source, folder)
     if target is None:
         return (f"With timm, from a download of this checkpoint's folder: "
                 f"`timm.create_model('local-dir:path/to/folder', pretrained=True).eval()`. {same}")
     block = (
-        "```python\nimport timm\nimport torch\n\n"
+        "```python\nfrom urllib.request import urlopen\n\nimport timm\nimport torch\nfrom PIL import Image\n\n"
         f"model = timm.create_model({target!r}, pretrained=True).eval()\n"
-        f"images = torch.rand(2, {size[0]}, {size[1]}, {size[2]})\n"
+        "config = timm.data.resolve_model_data_config(model)\n"
+        "transform = timm.data.create_transform(**config, is_training=False)\n"
+        f"{_OPEN_IMAGE}"
         "with torch.no_grad():\n"
-        f"    features = model(images)  # [2, {config.get('num_features')}], as with cl-zoo\n```"
+        f"    features = model(transform(image).unsqueeze(0))  # [1, {inline_text(config.get('num_features'), 20)}], as with cl-zoo\n```"
     )
     return f"With timm (`pip install timm`):\n\n{block}\n\n{same}"
 
@@ -396,20 +490,22 @@ def how_to_load(config: Mapping[str, Any], source: str, folder: str | os.PathLik
     else:
         hub_call = f"torch.hub.load('path/to/cl-zoo', 'load_pretrained', {source!r}, source='local')"
     python = (
-        "```python\nimport torch\nimport cl_zoo\n\n"
+        "```python\nfrom urllib.request import urlopen\n\nimport torch\nfrom PIL import Image\n\nimport cl_zoo\n\n"
         f"{load}\n"
-        f"images = torch.rand(2, {size[0]}, {size[1]}, {size[2]})  # stand-in for a batch preprocessed as below\n"
+        "transform = cl_zoo.create_transform(model)  # this checkpoint's preprocessing, as described below\n"
+        f"{_OPEN_IMAGE}"
         "with torch.no_grad():\n"
-        f"    features = model(images)  # [2, {inline_text(config.get('num_features'), 20)}] pooled features\n```"
+        f"    features = model(transform(image).unsqueeze(0))  # [1, {inline_text(config.get('num_features'), 20)}] pooled features\n```"
     )
     return (
         f"{python}\n\n"
-        f"{_timm_text(config, source, folder, size)}\n\n"
+        f"{_timm_text(config, source, folder)}\n\n"
         + code_block(f"cl-zoo embed images/ --model {shlex.quote(source)} --out out/embeddings.npy", "bash") + "\n\n"
         f"From a cl-zoo checkout with torch.hub: {inline_code(hub_call, 600)}.\n\n"
         f"Preprocessing: resize the shorter side to {int(round(size[-1] / (cfg.get('crop_pct') or 1.0)))} "
         f"({cfg.get('interpolation') or 'bilinear'}), centre-crop {size[-2]}x{size[-1]}, normalise with mean "
-        f"{list(cfg.get('mean') or [])} and std {list(cfg.get('std') or [])}."
+        f"{list(cfg.get('mean') or [])} and std {list(cfg.get('std') or [])}.\n\n"
+        f"{OFFLINE_NOTE}{TIMM_OFFLINE_NOTE if timm_model_name(config) else ''}"
     )
 
 
@@ -494,7 +590,7 @@ def render_card(
 
     order = [k for k in GENERATED_SECTIONS if k != "Citation"]
     order += [k for k in body if k not in order and k != "Citation"] + ["Citation"]
-    parts = ["---", yaml.safe_dump(front_matter(config), sort_keys=False).rstrip(), "---", "", f"# {inline_text(name, 200)}", ""]
+    parts = ["---", front_matter_yaml(config).rstrip(), "---", "", f"# {inline_text(name, 200)}", ""]
     for key in order:
         parts += [f"## {key}", "", body[key].rstrip(), ""]
     return "\n".join(parts)

@@ -93,6 +93,21 @@ def parse_hub_id(source: str) -> tuple[str, str | None]:
     return repo_id, revision or None
 
 
+# The HTTP stacks huggingface_hub has shipped on: requests/urllib3 (0.x), httpx/httpcore (1.x), httpx2.
+_TRANSPORT_MODULES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3"})
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the Hub client's HTTP stack failing to connect, time out or speak HTTP.
+
+    huggingface_hub lets those through untyped (``httpx2.ConnectError`` ...), and which stack it uses
+    changes between its versions, so the check goes by the exception's module rather than by a class
+    that may not exist in the installed version. Every Hub call of cl-zoo (download, publish,
+    release sources) turns them into one "cannot be reached" line with this.
+    """
+    return type(exc).__module__.split(".")[0] in _TRANSPORT_MODULES
+
+
 def _env_true(value: str | None) -> bool:
     return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
@@ -154,11 +169,13 @@ def download_folder(repo_id: str, revision: str | None = None, cache_dir: str | 
         where = "HF_HUB_OFFLINE=1 forbids network access" if settings["local_files_only"] else (
             f"{settings['endpoint'] or constants.ENDPOINT} cannot be reached"
         )
-        raise HubError(f"Hub repo {repo_id}{'@' + revision if revision else ''} is not cached and {where}") from exc
+        raise HubError(f"Hub repo {repo_id}{'@' + revision if revision else ''} is not cached and {where}; "
+                       "download it once with network access (it stays in the Hugging Face cache), "
+                       "or point HF_HUB_CACHE at a cache that holds it") from exc
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise HubError(f"could not download {repo_id}: {' '.join(str(exc).split())[:200]}") from exc
     except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack (httpx2)
-        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "httpcore"}:
+        if not is_transport_error(exc):
             raise
         raise HubError(f"could not download {repo_id}: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}") from exc
     return Path(path)
@@ -224,12 +241,15 @@ def load_registered(entry: "PretrainedEntry", **kwargs: object) -> nn.Module:
 def load_pretrained(source: str | os.PathLike[str], **kwargs: object) -> nn.Module:
     """Load a checkpoint from a folder, a safetensors/.pth file, ``hf-hub:owner/name[@rev]``, or a
     registered pretrained name."""
-    from cl_zoo.registry import create_model, is_pretrained_name
+    from cl_zoo.registry import check_pretrained_kwargs, create_model, is_pretrained_name
 
     text = os.fspath(source)
+    path = Path(text)
+    if text.startswith(HUB_PREFIX) or not path.is_file():
+        # Only a bare weights file takes arch/model arguments; elsewhere config.json fixes them.
+        check_pretrained_kwargs(f"load_pretrained({text!r})", kwargs)
     if text.startswith(HUB_PREFIX):
         return load_hub(text)
-    path = Path(text)
     if path.is_dir():
         return load_folder(path)
     if path.is_file():
@@ -249,6 +269,9 @@ def _load_file(path: Path, arch: str | None = None, **model_args: object) -> nn.
     from cl_zoo.registry import create_model
 
     if path.name == CONFIG_NAME or (path.suffix == ".safetensors" and (path.parent / CONFIG_NAME).is_file()):
+        from cl_zoo.registry import check_pretrained_kwargs
+
+        check_pretrained_kwargs(f"load_pretrained({str(path)!r})", {**({"arch": arch} if arch else {}), **model_args})
         return load_folder(path.parent)
     if arch is None:
         raise CheckpointError(

@@ -5,7 +5,8 @@ But a card is text from whoever wrote the folder, and running it would run their
 publisher's environment (tokens included). So ``cl-zoo publish`` never executes a card's text by
 default: it rebuilds the "How to load" section cl-zoo generates from config.json, requires the
 card's section to be exactly that (:func:`section_text`), and runs cl-zoo's *own* generated snippet
-against the folder (same bytes as the upload), offline, in a fresh interpreter with a time limit.
+against the folder (same bytes as the upload), offline, in a fresh interpreter with a time limit
+(the sample photo a snippet opens by URL is served from a local file for that run).
 Running the card's own code is an opt-in (``--run-card-code``) that shows the code first and runs
 it with a scrubbed environment (:func:`scrubbed_env`: no tokens, no saved Hub login, offline).
 Only blocks that import cl_zoo run: a card also shows how timm loads the folder, and timm is an
@@ -152,6 +153,21 @@ def _local_code(block: str, folder: Path, repo_id: str | None) -> str:
     return pattern.sub(lambda _: str(folder.resolve()), block)
 
 
+def _local_sample_image(code: str, cwd: Path) -> str:
+    """``code`` with the card's sample photo URL pointing at a local photo of the same kind (an RGB
+    PNG, written into ``cwd``): the snippet runs offline, and cl-zoo never fetches a URL for it."""
+    from PIL import Image
+
+    from cl_zoo.checkpoint.card import SAMPLE_IMAGE_URL
+
+    if SAMPLE_IMAGE_URL not in code:
+        return code
+    path = cwd / "sample.png"
+    ramp = Image.linear_gradient("L").resize((320, 240))
+    Image.merge("RGB", (ramp, ramp.rotate(90), ramp.transpose(Image.Transpose.FLIP_LEFT_RIGHT))).save(path)
+    return code.replace(SAMPLE_IMAGE_URL, path.as_uri())
+
+
 def check_usage(text: str, folder: str | os.PathLike[str], *, repo_id: str | None = None,
                 card_name: str = "README.md", timeout: float = SNIPPET_TIMEOUT_S) -> None:
     """Run the card's cl-zoo Python usage block(s) against ``folder``; a one-line CheckpointError if they fail.
@@ -172,6 +188,7 @@ def check_usage(text: str, folder: str | os.PathLike[str], *, repo_id: str | Non
         )
     code = "\n\n".join(_local_code(b, folder, repo_id) for b in blocks)
     with tempfile.TemporaryDirectory(prefix="cl-zoo-card-") as cwd:
+        code = _local_sample_image(code, Path(cwd))
         env = scrubbed_env(cwd)
         package_parent = str(Path(__file__).resolve().parents[1])  # the cl_zoo being used, installed or not
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)

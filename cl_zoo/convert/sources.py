@@ -4,7 +4,8 @@ A :class:`~cl_zoo.models.releases.Release` lists its sources (a Hub file first w
 then published URLs). :func:`load_release` returns the cached zoo folder when there is one;
 otherwise it tries each source in turn -- the Hub through ``huggingface_hub.hf_hub_download``
 (pinned revision, the HF cache, ``HF_ENDPOINT``/``HF_HUB_OFFLINE``/``HF_HUB_CACHE`` re-read on
-every call), URLs through ``urllib`` -- checks the checksum the publisher gives for that source,
+every call), URLs through ``torch.hub.download_url_to_file`` (see :func:`download`) -- checks the
+checksum the publisher gives for that source,
 converts the file with its layout's reader and caches the result under
 ``$CL_ZOO_CACHE/releases/<name>``. When every publisher source fails and the release has a
 mirror (:data:`cl_zoo.models.releases.MIRRORS`: a zoo Hub repo made by ``cl-zoo publish
@@ -19,20 +20,22 @@ a direct-download address (documented per host below).
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import shutil
+import socket
+import sys
 import tempfile
 import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import torch.nn as nn
 
 from cl_zoo.errors import CheckpointError, ClZooError, HubError
-from cl_zoo.fileio import atomic_path, file_lock
+from cl_zoo.fileio import file_lock
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
 _DRIVE_VIEW = re.compile(r"^https://drive\.google\.com/file/d/([\w-]+)/view")
@@ -70,17 +73,59 @@ def direct_url(url: str, member: str | None = None) -> str:
     return url
 
 
-def download(url: str, dest: Path, timeout: float = 60.0) -> Path:
-    """Fetch ``url`` into ``dest`` atomically; network failures are one-line :class:`HubError`."""
+_HASH_REFUSED = re.compile(r'invalid hash value \(expected "(?P<expected>[0-9a-f]*)", got "(?P<got>[0-9a-f]*)"\)')
+
+
+def _default_progress() -> bool:
+    """A progress bar on an interactive terminal, unless huggingface_hub's switch turns them off."""
+    disabled = (os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") or "").strip().upper() in _TRUE
+    return not disabled and sys.stderr.isatty()
+
+
+def download(url: str, dest: Path, *, sha256: str | None = None, progress: bool | None = None,
+             timeout: float = 60.0) -> Path:
+    """Fetch ``url`` into ``dest`` with ``torch.hub.download_url_to_file``: errors are one line.
+
+    torch.hub (what torchvision and timm download published weights with) writes to a
+    ``<dest>.<uuid>.partial`` file beside ``dest``, moves it into place only once it is complete and,
+    given ``sha256`` (passed as its ``hash_prefix``: the whole digest is a prefix of itself), only
+    when it matches; the partial file is deleted otherwise, so neither a broken nor a wrong download
+    is ever found at ``dest``. Its tqdm bar goes to stderr (``progress``; default: on a terminal,
+    unless ``HF_HUB_DISABLE_PROGRESS_BARS`` is set). It neither retries nor resumes: a refused or
+    unresolvable host fails at once, so a release's next source is tried without a retry loop. It
+    sets no timeout of its own either (``urlopen`` without one), so a host that accepts the
+    connection and then stalls would hang the command: the socket default is set to ``timeout``
+    seconds for the call (per blocking read, not for the whole file) and restored after it. Offline mode (``CL_ZOO_OFFLINE``/``HF_HUB_OFFLINE``) is refused
+    before any connection. A checksum mismatch is a :class:`CheckpointError`; anything else that
+    stops the download is a :class:`HubError` naming ``url``.
+    """
+    from torch.hub import download_url_to_file
+
+    if offline():
+        raise HubError(f"cannot download {url}: offline mode (CL_ZOO_OFFLINE/HF_HUB_OFFLINE) forbids the network; "
+                       f"unset it, or put the file at {dest}")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    previous = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(timeout)
     try:
-        request = urllib.request.Request(url, headers={"User-Agent": "cl-zoo"})
-        with atomic_path(dest, suffix=".part") as tmp, open(tmp, "wb") as fh, \
-                urllib.request.urlopen(request, timeout=timeout) as response:
-            shutil.copyfileobj(response, fh, length=1 << 20)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+        download_url_to_file(url, str(dest), hash_prefix=sha256 or None,
+                             progress=_default_progress() if progress is None else progress)
+    except TimeoutError as exc:
+        raise HubError(f"cannot download {url} (no data for {timeout:g} s)") from exc
+    except RuntimeError as exc:
+        refused = _HASH_REFUSED.search(str(exc))
+        if refused is None:
+            raise
+        raise CheckpointError(f"checksum mismatch for {url}: expected sha256 {refused['expected'][:16]}..., "
+                              f"got {refused['got'][:16]}...; the download was discarded") from exc
+    except urllib.error.HTTPError as exc:
+        raise HubError(f"cannot download {url} (HTTP {exc.code} {' '.join(str(exc.reason).split())[:120]})") from exc
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise HubError(f"cannot download {url} ({' '.join(str(reason).split())[:160]})") from exc
+        text = " ".join(str(reason).split())[:160] or type(exc).__name__
+        raise HubError(f"cannot download {url} ({text})") from exc
+    finally:
+        socket.setdefaulttimeout(previous)
     return dest
 
 
@@ -132,21 +177,27 @@ def _fetch_hub(source: Any) -> Path:
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise HubError(" ".join(str(exc).split())[:160]) from exc
     except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack (httpx)
-        if type(exc).__module__.split(".")[0] not in {"httpx", "httpx2", "httpcore"}:
+        from cl_zoo.checkpoint.hub import is_transport_error
+
+        if not is_transport_error(exc):
             raise
         raise HubError(f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}") from exc
     return Path(path)
 
 
 def _fetch_url(source: Any, dest: Path) -> Path:
+    """``dest`` when a previous run left it there, else the source's file downloaded to it (checked
+    against the source's sha256 on the way in); errors leave out the URL, which the caller names."""
     if not dest.is_file():
         if offline():
-            raise HubError("not cached and offline mode (CL_ZOO_OFFLINE/HF_HUB_OFFLINE) forbids downloading")
+            raise HubError("not cached and offline mode (CL_ZOO_OFFLINE/HF_HUB_OFFLINE) forbids downloading; "
+                           f"unset it, or download the file yourself and put it at {dest}")
         url = direct_url(source.url, source.member)
         try:
-            download(url, dest)
-        except HubError as exc:
-            raise HubError(str(exc).replace(f"cannot download {url} ", "cannot download ")) from exc
+            download(url, dest, sha256=getattr(source, "sha256", None))
+        except ClZooError as exc:
+            message = str(exc).replace(f"cannot download {url} ", "cannot download ")
+            raise type(exc)(message.replace(f"checksum mismatch for {url}: ", "checksum mismatch: ")) from exc
     return dest
 
 
