@@ -18,17 +18,17 @@ import numpy as np
 
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, atomic_path, read_json
+from cl_zoo.optional import require
 
 INDEX_KINDS = ("flat", "ivf", "hnsw")
+# The widest HNSW search (efSearch) an index file or an index sidecar may ask for: far above the 1024
+# cl-zoo index tunes up to, and a bound on the work one query can cost.
+MAX_EF_SEARCH = 1 << 20
 
 
-def require_faiss():  # noqa: ANN202 - the faiss module
-    """The faiss module, or a one-line error saying how to install it."""
-    try:
-        import faiss
-    except ImportError:
-        raise ClZooError("search needs faiss: pip install faiss-cpu") from None
-    return faiss
+def require_faiss(feature: str = "similarity search (cl-zoo search, dedup, index)"):  # noqa: ANN201 - the faiss module
+    """The faiss module, or a one-line error naming the extra that installs it."""
+    return require("faiss", feature)
 
 
 def normalize(features: np.ndarray) -> np.ndarray:
@@ -36,6 +36,8 @@ def normalize(features: np.ndarray) -> np.ndarray:
     x = np.ascontiguousarray(features, dtype=np.float32)
     if x.ndim != 2:
         raise DataError(f"embeddings must be a 2-D array, got shape {x.shape}")
+    if len(x) and not x.shape[1]:  # every search, dedup and index path normalises first: one refusal for all
+        raise DataError(f"{len(x)} embeddings of 0 dims hold nothing to compare; re-embed with cl-zoo embed")
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     return np.ascontiguousarray(x / np.maximum(norms, 1e-12), dtype=np.float32)
 
@@ -204,7 +206,7 @@ def structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss o
             return "its graph offsets do not match its levels"
         if not _ids_in_range(neighbors, n, allow=-1):
             return "its graph links name vectors that do not exist"
-        if n and not 0 <= graph.entry_point < n or not 1 <= graph.efSearch <= 1 << 20:
+        if n and not 0 <= graph.entry_point < n or not 1 <= graph.efSearch <= MAX_EF_SEARCH:
             return "its graph entry point or search width is out of range"
         return ""
     return f"{type(index).__name__} is not a type cl-zoo writes"

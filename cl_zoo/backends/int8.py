@@ -45,7 +45,11 @@ bf16 hint OpenVINO 2026.4's CPU plugin failed on a float convolution left betwee
 
 Cache layout, beside the fp32 graph it was made from (:mod:`cl_zoo.backends.openvino`)::
 
-    <fp32 key>/int8-<key>/model.xml, model.bin, fidelity.json, compiled/
+    <fp32 key>/int8-<key>/model.xml, model.bin, fidelity.json, entry.json, compiled/
+
+``entry.json`` records the sha256 of the fp32 graph it was quantized from, of the calibration pixels
+and of its own files, and is checked before the entry is used (:func:`cl_zoo.backends.openvino.entry_problem`):
+a mismatch or damage quantizes again.
 
 ``<key>`` hashes the calibration pixels, the recipe version and the NNCF and OpenVINO versions, so a
 different calibration set, a new NNCF or a new recipe never reuses a stale model; the fp32 key
@@ -57,7 +61,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import importlib.util
 import json
 import math
 import os
@@ -70,9 +73,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from cl_zoo.errors import ClZooError
+from cl_zoo.optional import is_installed, missing_message, require
 from cl_zoo.fileio import read_json
 
-INT8_EXTRA = "pip install 'cl-zoo[int8]'"
+INT8_FEATURE = "--precision int8"
 RECIPE_VERSION = 2  # bump when the quantization settings below change: old cache entries are then ignored
 CALIBRATION_SIZE = 512  # images sampled from the user's own: half calibrate, half are held out for the gate
 MIN_CALIBRATION_IMAGES = 64  # below this the held-out half cannot say anything about neighbours
@@ -83,13 +87,13 @@ NEIGHBOURS = 10
 
 def int8_available() -> bool:
     """Whether ``nncf`` and ``openvino`` (the ``int8`` extra) are importable."""
-    return importlib.util.find_spec("nncf") is not None and importlib.util.find_spec("openvino") is not None
+    return is_installed("nncf") and is_installed("openvino")
 
 
 def missing_int8_packages() -> str:
     """The one line a command prints when int8 cannot run here."""
-    missing = [name for name in ("openvino", "nncf") if importlib.util.find_spec(name) is None]
-    return f"--precision int8 needs {' and '.join(missing)} ({INT8_EXTRA})"
+    missing = [name for name in ("openvino", "nncf") if not is_installed(name)]
+    return missing_message(missing, INT8_FEATURE, extra="int8")
 
 
 def calibration_sample(paths: Sequence[str], size: int = CALIBRATION_SIZE, seed: int = 0) -> list[str]:
@@ -165,8 +169,8 @@ def pixels_digest(pixels: np.ndarray) -> str:
 
 
 def int8_key(calibration_digest: str) -> str:
-    import nncf
-    import openvino
+    nncf = require("nncf", INT8_FEATURE, extra="int8")
+    openvino = require("openvino", INT8_FEATURE, extra="int8")
 
     payload = {"recipe": RECIPE_VERSION, "calibration": calibration_digest, "nncf": nncf.__version__,
                "openvino": openvino.__version__}
@@ -182,8 +186,8 @@ def run_graph(compiled: Any, pixels: np.ndarray, batch: int = 64) -> np.ndarray:
 def _quantize(fp32_xml: Path, calibration: np.ndarray) -> Any:
     import logging
 
-    import nncf
-    import openvino as ov
+    nncf = require("nncf", INT8_FEATURE, extra="int8")
+    ov = require("openvino", INT8_FEATURE, extra="int8")
     from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters
     from nncf.quantization.range_estimator import RangeEstimatorParametersSet
 
@@ -239,13 +243,17 @@ def quantized_graph(fp32_folder: Path, pixels: np.ndarray, *, threads: int | Non
     first half of ``pixels`` calibrates; the second half, when there are at least
     :data:`MIN_CALIBRATION_IMAGES`, measures fidelity (``None`` otherwise).
     """
-    import openvino as ov
+    from cl_zoo.backends.openvino import entry_files, entry_problem, save_graph_folder
 
-    from cl_zoo.backends.openvino import save_graph_folder
+    ov = require("openvino", INT8_FEATURE, extra="int8")
 
     digest = pixels_digest(pixels)
     folder = fp32_folder / f"int8-{int8_key(digest)}"
-    if (folder / "model.xml").is_file() and (folder / "fidelity.json").is_file():
+    # what the entry must record: the graph it was quantized from and the pixels it was calibrated on
+    # (the fp32 entry was checked by the caller, so its record's digests are the files' own)
+    source = {name: entry_files(fp32_folder)[name]["sha256"] for name in ("model.xml", "model.bin")}
+    expect = {"converted_from": source, "calibration_sha256": digest}
+    if entry_problem(folder, expect) is None:
         fidelity = read_fidelity(folder / "fidelity.json")
         if fidelity is not None or _unmeasured(folder / "fidelity.json"):
             return folder, fidelity, False
@@ -265,13 +273,13 @@ def quantized_graph(fp32_folder: Path, pixels: np.ndarray, *, threads: int | Non
         fidelity = Fidelity(neighbour_recall(reference, candidate), min_cosine(reference, candidate), len(held), len(calibrate))
     record = {"measured": fidelity is not None, "calibration_sha256": digest, **(asdict(fidelity) if fidelity else {})}
     # replace: an entry without a readable gate record is made again over the old one
-    save_graph_folder(quantized, folder, {"fidelity.json": json.dumps(record, indent=1) + "\n"}, replace=True)
+    save_graph_folder(quantized, folder, {"fidelity.json": json.dumps(record, indent=1) + "\n"}, record=expect, replace=True)
     return folder, fidelity, True
 
 
 __all__ = [
     "CALIBRATION_SIZE",
-    "INT8_EXTRA",
+    "INT8_FEATURE",
     "MIN_CALIBRATION_IMAGES",
     "MIN_COSINE",
     "MIN_RECALL_AT_10",

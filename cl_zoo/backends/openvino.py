@@ -9,6 +9,9 @@ Cache layout (``$CL_ZOO_CACHE/openvino``, default ``~/.cache/cl-zoo/openvino``):
 
     <key>/model.xml, model.bin   the converted graph (fp32 weights; written to a temporary folder
                                  and renamed into place, so a reader never sees half a model)
+    <key>/source.json            what it was converted for (input size, normalisation)
+    <key>/entry.json             the entry's record, written last: the sha256 of the weights it was
+                                 converted from and the size and sha256 of every file above
     <key>/compiled-<precision>/  OpenVINO's own compiled-blob cache for that precision hint
 
 ``<key>`` hashes the weights (the same digest as embedding progress files), the preprocessing, the
@@ -16,6 +19,15 @@ input size and the OpenVINO version: a retrained checkpoint with the same name n
 graph, and compiling from a cached blob takes well under a second instead of a 5-15 s conversion.
 
 Outputs are always float32, whatever the precision hint ran inside.
+
+A cache entry is never trusted for existing at the right key: the key is computable from public
+weights, so a cache shared by a team or a CI runner can hold a graph someone else put there, and a
+half-deleted entry must not end every later run in a traceback. Before use an entry is checked
+(:func:`entry_problem`): its record names the same weights, every file it lists is a regular file
+(a symlink, a FIFO or ``/dev/zero`` in its place is damage) of the recorded size and sha256, and it
+holds nothing else. Then a graph compiled from the cache is checked once more against the torch
+model on a seeded probe batch (:data:`PROBE_MIN_COSINE`), which a forged record or a planted
+compiled blob cannot pass. Any failure converts again, atomically, over the old entry.
 
 A model whose first operations cannot run in bf16 says so by defining
 ``float32_input_transform(rgb)`` and ``forward_transformed(x)`` (CMC's RGB -> Lab, whose a and b
@@ -44,8 +56,19 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.errors import ClZooError
+from cl_zoo.optional import require
 
 CACHE_FORMAT = 1
+RECORD_NAME = "entry.json"
+RECORD_FORMAT = "cl-zoo-openvino-entry/1"
+_RECORD_MAX_BYTES = 1 << 16
+_MAX_ENTRY_FILE_BYTES = 8 << 30  # far above any converted backbone; a larger "model.bin" is damage, not hashed
+# The least cosine a graph compiled from the cache must keep to the torch model on the probe batch.
+# A fresh conversion keeps >= 0.99999 in fp32 and >= 0.999 in bf16 (tests/test_precision.py); a planted
+# graph of other weights kept 0.49 (issue 40). int8 is probed on held-out calibration images, which its
+# gate already measured at >= MIN_COSINE (0.99) against fp32.
+PROBE_MIN_COSINE = {"fp32": 0.999, "bf16": 0.99, "int8": 0.98}
+PROBE_IMAGES = 2
 _HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # int8 layers run int8 under any hint (cl_zoo.backends.int8)
 
 
@@ -121,7 +144,7 @@ class HostTransform:
 
 def conversion_key(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
                    *, host_transform: bool = False) -> str:
-    import openvino
+    openvino = require("openvino", "--backend openvino")
 
     payload: dict[str, Any] = {
         "format": CACHE_FORMAT,
@@ -138,19 +161,132 @@ def conversion_key(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[f
 
 def is_cached(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
               *, host_transform: bool = False) -> bool:
-    """Whether a converted graph for these weights and input size is already on disk."""
+    """Whether a usable converted graph for these weights and input size is on disk (checked, not
+    just present: a planted or damaged entry does not make ``auto`` pick OpenVINO)."""
     try:
         key = conversion_key(fingerprint, input_hw, mean, std, host_transform=host_transform)
     except ImportError:
         return False
-    return (openvino_cache_dir() / key / "model.xml").is_file()
+    return entry_problem(openvino_cache_dir() / key, {"weights": fingerprint}) is None
+
+
+def _sha256(path: Path, size: int) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        left = size + 1  # a file that grew since it was measured shows up as a wrong digest, not an endless read
+        while left > 0:
+            chunk = fh.read(min(1 << 20, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            left -= len(chunk)
+    return digest.hexdigest()
+
+
+def _regular_size(path: Path) -> int | None:
+    """The size of ``path`` if it is a regular file itself (not a symlink, FIFO or device), else None."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_size if stat.S_ISREG(st.st_mode) else None
+
+
+def _file_records(folder: Path) -> dict[str, dict[str, Any]]:
+    return {p.name: {"size": p.stat().st_size, "sha256": _sha256(p, p.stat().st_size)}
+            for p in sorted(folder.iterdir()) if p.is_file() and not p.is_symlink()}
+
+
+def entry_problem(folder: Path, expect: dict[str, Any]) -> str | None:
+    """Why the cache entry ``folder`` cannot be used (None when it can), checked without trusting it.
+
+    ``expect`` holds the record's fields that must match (the weights' sha256 for a converted graph;
+    the source graph and calibration digests for an int8 one). Sub-folders named ``compiled*`` (the
+    plugin's blob cache) and ``int8-*`` (entries of their own) are allowed; anything else the record
+    does not list, and anything that is not a regular file, is damage.
+    """
+    import stat
+
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return "not cached"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a folder"
+    size = _regular_size(folder / RECORD_NAME)
+    if size is None or size > _RECORD_MAX_BYTES:
+        return f"no readable {RECORD_NAME}"
+    try:
+        record = json.loads((folder / RECORD_NAME).read_bytes())
+    except (OSError, ValueError):
+        return f"{RECORD_NAME} is not JSON"
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        return f"{RECORD_NAME} is not a cl-zoo cache record"
+    for name, value in expect.items():
+        if record.get(name) != value:
+            return f"made from other {name}"
+    files = record.get("files")
+    if not isinstance(files, dict) or not {"model.xml", "model.bin"} <= set(files):
+        return f"{RECORD_NAME} lists no graph"
+    try:
+        present = list(os.scandir(folder))
+    except OSError as exc:
+        return f"unreadable ({exc.strerror or exc})"
+    for item in present:
+        if item.name == RECORD_NAME or item.name in files:
+            continue
+        if item.is_dir(follow_symlinks=False) and (item.name.startswith("compiled") or item.name.startswith("int8-")):
+            continue
+        return f"holds {item.name}, which {RECORD_NAME} does not list"
+    for name, want in files.items():
+        if not isinstance(want, dict) or "/" in name or name.startswith("."):
+            return f"{RECORD_NAME} lists {name!r}"
+        size = _regular_size(folder / name)
+        if size is None:
+            return f"{name} is missing or not a regular file"
+        if size != want.get("size") or size > _MAX_ENTRY_FILE_BYTES:
+            return f"{name} has {size} bytes, the record says {want.get('size')}"
+        if _sha256(folder / name, size) != want.get("sha256"):
+            return f"{name} is not the file the record lists (sha256 differs)"
+    return None
+
+
+def entry_files(folder: Path) -> dict[str, Any]:
+    """The file records of an entry :func:`entry_problem` passed (what an int8 entry says it came from)."""
+    return json.loads((folder / RECORD_NAME).read_bytes())["files"]
+
+
+def discard_entry(folder: Path) -> None:
+    """Remove a damaged entry without ever leaving a half-removed one at its key.
+
+    The entry is renamed aside first (atomic), then deleted; a symlink or file at the key is
+    unlinked (never followed).
+    """
+    if not os.path.lexists(folder):
+        return
+    if folder.is_symlink() or not folder.is_dir():
+        try:
+            os.unlink(folder)
+        except FileNotFoundError:
+            pass
+        return
+    aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
+    try:
+        os.rename(folder, aside / "entry")
+    except FileNotFoundError:
+        pass  # another process discarded it first
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float], folder: Path,
-             host_transform: HostTransform | None) -> None:
+             host_transform: HostTransform | None, fingerprint: str) -> None:
     """Convert ``model`` into ``folder`` (created atomically: temporary sibling, then rename); with
     ``host_transform`` the graph starts from its output instead of uint8 pixels."""
-    import openvino as ov
+    ov = require("openvino", "--backend openvino")
 
     h, w = input_hw
     pixels = torch.zeros(2, h, w, 3, dtype=torch.uint8)
@@ -167,17 +303,21 @@ def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float],
     except Exception as exc:  # noqa: BLE001 - any tracer/frontend failure means "not convertible"
         text = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
         raise ConversionError(f"{type(exc).__name__}: {text}") from None
-    save_graph_folder(graph, folder, {"source.json": json.dumps({"input": [h, w], "mean": list(mean), "std": list(std)}) + "\n"})
+    save_graph_folder(graph, folder, {"source.json": json.dumps({"input": [h, w], "mean": list(mean), "std": list(std)}) + "\n"},
+                      record={"weights": fingerprint}, replace=True)
 
 
-def save_graph_folder(graph: Any, folder: Path, files: dict[str, str], *, replace: bool = False) -> None:
+def save_graph_folder(graph: Any, folder: Path, files: dict[str, str], *, record: dict[str, Any],
+                      replace: bool = False) -> None:
     """Write ``graph`` as ``folder/model.xml`` (+ ``.bin``) with the text ``files`` beside it, atomically.
 
     Everything goes to a temporary sibling that is renamed into place, so a reader never sees half
-    a cache entry; ``replace`` first removes an entry already there (one found damaged). Losing the
-    rename to another process that wrote the same entry is fine: theirs is as good.
+    a cache entry; the record (``record``'s fields plus every file's size and sha256,
+    :func:`entry_problem`) is written last. ``replace`` first discards an entry already there (one
+    found damaged or foreign). Losing the rename to another process that wrote the same entry is
+    fine when theirs passes the same check.
     """
-    import openvino as ov
+    ov = require("openvino", "--backend openvino")
 
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
@@ -185,12 +325,14 @@ def save_graph_folder(graph: Any, folder: Path, files: dict[str, str], *, replac
         ov.save_model(graph, str(tmp / "model.xml"), compress_to_fp16=False)
         for name, text in files.items():
             (tmp / name).write_text(text, encoding="utf-8")
-        if replace and folder.exists():
-            shutil.rmtree(folder, ignore_errors=True)
+        body = {"format": RECORD_FORMAT, **record, "files": _file_records(tmp)}
+        (tmp / RECORD_NAME).write_text(json.dumps(body, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        if replace:
+            discard_entry(folder)
         try:
             os.rename(tmp, folder)
         except OSError:
-            if not (folder / "model.xml").is_file():
+            if entry_problem(folder, record) is not None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -219,7 +361,7 @@ class OpenVINORunner:
         """``precision="int8"`` quantizes the converted graph on ``calibration`` (uint8 NHWC pixels
         of the user's images) and raises :class:`~cl_zoo.backends.int8.Int8Rejected` when the result
         fails its fidelity gate, unless ``force_int8``."""
-        import openvino as ov
+        require("openvino", "--backend openvino")
 
         if precision not in _HINTS:
             raise ClZooError(f"OpenVINO runs fp32, bf16 or int8, not {precision}")
@@ -232,46 +374,97 @@ class OpenVINORunner:
         self.host_transform = HostTransform(model, mean, std) if has_host_transform(model) else None
         self.key = conversion_key(fingerprint, input_hw, mean, std, host_transform=self.host_transform is not None)
         self.folder = openvino_cache_dir() / self.key
+        self.fingerprint, self.input_hw = fingerprint, (int(input_hw[0]), int(input_hw[1]))
         self.converted = False
-        if not (self.folder / "model.xml").is_file():
-            _convert(model, input_hw, mean, std, self.folder, self.host_transform)
-            self.converted = True
-        graph_folder, compiled_cache = self.folder, self.folder / f"compiled-{precision}"
-        if precision == "int8":
-            assert calibration is not None
-            if self.host_transform is not None:
-                calibration = self.host_transform(calibration)
-            graph_folder, self.fidelity, self.quantized = self._int8(model, input_hw, mean, std, calibration, threads)
-            self.int8_folder, compiled_cache = graph_folder, graph_folder / "compiled"
-            if not force_int8:
-                from cl_zoo.backends.int8 import Int8Rejected
+        self.cache_problem = entry_problem(self.folder, {"weights": fingerprint})  # why the cache was not used, if it was not
+        if self.cache_problem is not None:
+            self._reconvert(model, input_hw, mean, std)
+        for _ in (0, 1):  # the cache's graph, then (if it fails) a fresh conversion, which is not probed
+            graph_folder = self._graph(model, input_hw, mean, std, calibration, threads, force_int8)
+            fresh = self.converted and (precision != "int8" or self.quantized)
+            try:
+                self._compile(graph_folder, precision, threads)
+            except Exception as exc:  # noqa: BLE001 - a cached graph that does not compile is converted again
+                if fresh:
+                    raise ConversionError(f"compile failed ({type(exc).__name__}: {str(exc)[:200]})") from None
+                self.cache_problem = f"does not compile ({type(exc).__name__})"
+                self._reconvert(model, input_hw, mean, std)
+                continue
+            problem = None if fresh else self._probe(model, mean, std, calibration, force_int8)
+            if problem is None:
+                break
+            self.cache_problem = problem
+            self._reconvert(model, input_hw, mean, std)
 
-                if self.fidelity is None:
-                    raise Int8Rejected(None, f"{len(calibration)} calibration images are too few to check int8 against fp32")
-                if not self.fidelity.passed:
-                    raise Int8Rejected(self.fidelity, f"int8 kept {self.fidelity.describe()}")
+    def _reconvert(self, model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float]) -> None:
+        _convert(model, input_hw, mean, std, self.folder, self.host_transform, self.fingerprint)
+        self.converted = True
+
+    def _graph(self, model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
+               calibration: np.ndarray | None, threads: int | None, force_int8: bool) -> Path:
+        """The folder of the graph to compile: the converted one, or its int8 version (gated)."""
+        if self.precision != "int8":
+            return self.folder
+        assert calibration is not None
+        pixels = self.host_transform(calibration) if self.host_transform is not None else calibration
+        graph_folder, self.fidelity, self.quantized = self._int8(model, input_hw, mean, std, pixels, threads)
+        self.int8_folder = graph_folder
+        if not force_int8:
+            from cl_zoo.backends.int8 import Int8Rejected
+
+            if self.fidelity is None:
+                raise Int8Rejected(None, f"{len(calibration)} calibration images are too few to check int8 against fp32")
+            if not self.fidelity.passed:
+                raise Int8Rejected(self.fidelity, f"int8 kept {self.fidelity.describe()}")
+        return graph_folder
+
+    def _compile(self, graph_folder: Path, precision: str, threads: int | None) -> None:
+        ov = require("openvino", "--backend openvino")
+
         core = ov.Core()
         config: dict[str, Any] = {
             "INFERENCE_PRECISION_HINT": _HINTS[precision],
             "PERFORMANCE_HINT": "THROUGHPUT",
-            "CACHE_DIR": str(compiled_cache),
+            "CACHE_DIR": str(graph_folder / ("compiled" if precision == "int8" else f"compiled-{precision}")),
         }
         if threads:
             config["INFERENCE_NUM_THREADS"] = int(threads)
-        try:
-            graph = core.read_model(str(graph_folder / "model.xml"))
-            self.compiled = core.compile_model(graph, "CPU", config)
-        except Exception as exc:  # noqa: BLE001 - a damaged cache entry is rebuilt once
-            if self.converted or precision == "int8":
-                raise ConversionError(f"compile failed ({type(exc).__name__}: {str(exc)[:200]})") from None
-            shutil.rmtree(self.folder, ignore_errors=True)
-            _convert(model, input_hw, mean, std, self.folder, self.host_transform)
-            self.converted = True
-            self.compiled = core.compile_model(core.read_model(str(self.folder / "model.xml")), "CPU", config)
+        self.compiled = core.compile_model(core.read_model(str(graph_folder / "model.xml")), "CPU", config)
         self.jobs = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
         self.dim = int(self.compiled.output(0).get_partial_shape()[1].get_length())
         self.queue = ov.AsyncInferQueue(self.compiled, self.jobs)
         self.queue.set_callback(self._done)
+
+    def _probe(self, model: nn.Module, mean: Sequence[float], std: Sequence[float], calibration: np.ndarray | None,
+               force_int8: bool) -> str | None:
+        """Why the compiled graph does not reproduce ``model`` on a few images (None when it does).
+
+        fp32/bf16 are probed on seeded noise; int8 on held-out calibration images (its ranges were
+        calibrated on real pixels), and a forced int8 that failed its gate is not probed: its
+        features are known not to match.
+        """
+        threshold = PROBE_MIN_COSINE[self.precision]
+        if self.precision == "int8":
+            if calibration is None or self.fidelity is None or (force_int8 and not self.fidelity.passed):
+                return None
+            pixels = np.ascontiguousarray(calibration[len(calibration) // 2 :][:PROBE_IMAGES])
+        else:
+            pixels = np.random.default_rng(0).integers(0, 256, (PROBE_IMAGES, *self.input_hw, 3), dtype=np.uint8)
+        with torch.no_grad():
+            if self.host_transform is not None:
+                reference = _TransformedFeatures(model).eval()(torch.from_numpy(self.host_transform(pixels)))
+            else:
+                reference = _UInt8Features(model, mean, std).eval()(torch.from_numpy(pixels))
+        reference_np = reference.float().numpy()
+        got = self(pixels)
+        if got.shape != reference_np.shape:
+            return f"it gives {got.shape[1]} features, the model {reference_np.shape[1]}"
+        a = reference_np / np.maximum(np.linalg.norm(reference_np, axis=1, keepdims=True), 1e-12)
+        b = got / np.maximum(np.linalg.norm(got, axis=1, keepdims=True), 1e-12)
+        cosine = float((a * b).sum(axis=1).min()) if np.isfinite(got).all() else float("nan")
+        if not cosine >= threshold:
+            return f"cosine {cosine:.4f} to the torch model on a probe batch, below {threshold}"
+        return None
 
     def _int8(self, model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
               calibration: np.ndarray, threads: int | None) -> tuple[Path, Any, bool]:
@@ -285,9 +478,7 @@ class OpenVINORunner:
         except Exception as exc:  # noqa: BLE001 - a fp32 graph that cannot be read is rebuilt, then reported
             if self.converted:
                 raise ConversionError(f"int8 quantization failed ({type(exc).__name__}: {str(exc)[:200]})") from None
-            shutil.rmtree(self.folder, ignore_errors=True)
-            _convert(model, input_hw, mean, std, self.folder, self.host_transform)
-            self.converted = True
+            self._reconvert(model, input_hw, mean, std)
             return quantized_graph(self.folder, calibration, threads=threads)
 
     @staticmethod
@@ -318,6 +509,9 @@ __all__ = [
     "conversion_key",
     "has_host_transform",
     "is_cached",
+    "discard_entry",
+    "entry_files",
+    "entry_problem",
     "openvino_cache_dir",
     "save_graph_folder",
 ]

@@ -137,6 +137,11 @@ PATH_COLUMNS = ("path", "filepath", "file_path", "filename", "file", "image", "i
 # the decoded path column for Parquet. 1 GiB is some 15 million 64-character paths; collections
 # larger than that belong in folders or WebDataset shards. Read at call time, so tests can lower it.
 MAX_LIST_BYTES: int = 1 << 30
+# The most rows a path list may have, checked before any row is materialised (a Parquet list by its
+# metadata, a text one by its line breaks): a 160 KB Parquet file can declare 50M rows, and each
+# row costs a Python string (~100 bytes) however short its text. 2^24 keeps the 15M paths above.
+MAX_LIST_ROWS: int = 1 << 24
+_LINE_BREAKS = (b"\n", b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", "\x85".encode(), "\u2028".encode(), "\u2029".encode())
 
 
 def _mib(n: int) -> str:
@@ -186,7 +191,9 @@ def _parquet_paths(source: bytes | IO[bytes], name: str) -> list[str]:
     ``path`` column beside gigabytes of embeddings) is a usable list; the decoded paths are bounded
     by :data:`MAX_LIST_BYTES`, because a small file can expand into far more text than it holds.
     """
-    import pyarrow as pa
+    from cl_zoo.optional import require
+
+    pa = require("pyarrow", "a .parquet list of paths")
     import pyarrow.parquet as pq
 
     def textual(kind: pa.DataType) -> bool:
@@ -210,7 +217,19 @@ def _parquet_paths(source: bytes | IO[bytes], name: str) -> list[str]:
             raise DataError(f"{name} has no text column of paths (looked for {', '.join(PATH_COLUMNS)}, then any string column)")
     elif not textual(chosen.type):
         raise DataError(f"column {chosen.name!r} of {name} holds {chosen.type}, not text paths")
-    cells: list[str] = []
+    # What the metadata declares is checked before a row is decoded (issue 40: 6.7 KB declaring 2M rows
+    # cost +351 MiB, 161 KB declaring 50M a MemoryError).
+    meta = table.metadata
+    if meta.num_rows > MAX_LIST_ROWS:
+        raise DataError(f"{name} declares {meta.num_rows} rows, more than {MAX_LIST_ROWS}, the limit for a list of paths")
+    column = table.schema_arrow.get_field_index(chosen.name)
+    declared = sum(meta.row_group(g).column(column).total_uncompressed_size for g in range(meta.num_row_groups)) \
+        if column >= 0 and meta.num_columns == len(fields) else 0
+    room = MAX_LIST_BYTES + 4 * meta.num_rows + (1 << 16)  # the characters plus Parquet's length prefixes and page headers
+    if declared > room:
+        raise DataError(f"the path column of {name} holds {_mib(declared)} uncompressed, more than the {_mib(room)} "
+                        f"{meta.num_rows} paths within the {_mib(MAX_LIST_BYTES)} limit for a list of paths can take")
+    cells: dict[str, None] = {}  # repeated rows are one entry (discovery deduplicates them anyway), in first-seen order
     total = 0
     limit = MAX_LIST_BYTES
     try:
@@ -221,10 +240,10 @@ def _parquet_paths(source: bytes | IO[bytes], name: str) -> list[str]:
                     total += len(value)
                     if total > limit:
                         raise DataError(f"the paths in {name} add up to more than {_mib(limit)}, the limit for a list of paths")
-                    cells.append(value)
+                    cells.setdefault(value)
     except unreadable as exc:
         raise DataError(f"{name} is not a readable Parquet list of paths ({_one_line(exc)})") from None
-    return cells
+    return list(cells)
 
 
 def parse_path_list(data: bytes, name: str, present: Callable[[str], bool] | None = None) -> list[str]:
@@ -240,6 +259,9 @@ def parse_path_list(data: bytes, name: str, present: Callable[[str], bool] | Non
     extension = list_extension(name)
     if extension in PARQUET_LIST_EXTENSIONS:
         return _parquet_paths(data, name)
+    rows = sum(data.count(mark) for mark in _LINE_BREAKS)  # every break splitlines/csv honours, counted in the bytes
+    if rows > MAX_LIST_ROWS:
+        raise DataError(f"{name} has {rows} lines, more than {MAX_LIST_ROWS}, the limit for a list of paths")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
@@ -347,6 +369,19 @@ def _open_file(path: str):  # noqa: ANN202 - a binary file object
     return open(path, "rb")
 
 
+def to_rgb(img: Image.Image) -> Image.Image:
+    """A decoded image as RGB, the one conversion every image gets, read from a file or handed over in memory.
+
+    Palette transparency goes through RGBA (PIL warns otherwise); 16-bit greyscale (PNG/TIFF) is
+    scaled to 8 bits instead of being clipped to white.
+    """
+    if img.mode == "P" and "transparency" in img.info:
+        return img.convert("RGBA").convert("RGB")
+    if img.mode in ("I;16", "I;16B", "I;16L", "I"):
+        return img.point(lambda v: v / 256).convert("L").convert("RGB")
+    return img.convert("RGB")
+
+
 def decode_image(source: bytes | bytearray | memoryview | IO[bytes], name: str, min_short_side: int | None = None) -> Image.Image:
     """Decode an image held in ``source`` (bytes, or a binary file open at its start) to RGB.
 
@@ -376,13 +411,7 @@ def decode_image(source: bytes | bytearray | memoryview | IO[bytes], name: str, 
             if min_short_side and img.format == "JPEG":
                 # draft() keeps both sides >= the requested box, so the shorter side stays >= min.
                 img.draft("RGB", (min_short_side, min_short_side))
-            if img.mode == "P" and "transparency" in img.info:
-                rgb = img.convert("RGBA").convert("RGB")
-            elif img.mode in ("I;16", "I;16B", "I;16L", "I"):
-                # 16-bit greyscale PNG/TIFF: scale to 8 bits instead of clipping to white.
-                rgb = img.point(lambda v: v / 256).convert("L").convert("RGB")
-            else:
-                rgb = img.convert("RGB")
+            rgb = to_rgb(img)
             rgb.load()
             return rgb
     except ImageDecodeError:
@@ -423,6 +452,7 @@ def load_image(path: str | os.PathLike[str], min_short_side: int | None = None) 
 __all__ = [
     "IMAGE_EXTENSIONS",
     "MAX_LIST_BYTES",
+    "MAX_LIST_ROWS",
     "PATH_COLUMNS",
     "FoundImages",
     "ImageDecodeError",
@@ -436,4 +466,5 @@ __all__ = [
     "load_image",
     "os_reason",
     "parse_path_list",
+    "to_rgb",
 ]

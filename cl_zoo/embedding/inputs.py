@@ -14,8 +14,11 @@ that already does it well, so that the rules stay the ones users know:
 * the shards themselves are streamed into samples by **webdataset**'s tar iterators, in
   :class:`cl_zoo.embedding.preprocess.TarBatches`; this module only finds and checks them.
 
-Everything read here is bounded (a list by :data:`cl_zoo.data.images.MAX_LIST_BYTES`, an image by
-:data:`MAX_IMAGE_BYTES`, a brace pattern by :data:`MAX_EXPANSION` names) and every failure is one
+Everything read here is bounded (a list by :data:`cl_zoo.data.images.MAX_LIST_BYTES` and
+:data:`~cl_zoo.data.images.MAX_LIST_ROWS`, an image by :data:`MAX_IMAGE_BYTES`, a brace pattern by
+:data:`MAX_EXPANSION` names, :data:`MAX_EXPANSION_CHARS` characters and :data:`MAX_BRACE_DEPTH`
+levels, counted on the pattern before it is expanded; a remote list's rows never leave its scheme)
+and every failure is one
 :class:`~cl_zoo.errors.DataError` line, because a mistyped URL or a huge file named by accident
 is a user's mistake, not a reason for a traceback or an exhausted machine.
 """
@@ -25,6 +28,8 @@ from __future__ import annotations
 import itertools
 import os
 import posixpath
+import re
+import string
 import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -33,6 +38,7 @@ from typing import IO, Any, Sequence
 from cl_zoo.data import images
 from cl_zoo.data.images import IMAGE_EXTENSIONS, discover_images, is_image_path, is_url, list_extension, parse_path_list
 from cl_zoo.errors import DataError
+from cl_zoo.optional import require, require_url_reader
 
 # One image read through a URL is refused past this size (a failure for that image, not a crash):
 # far above any photo, far below what would hurt a DataLoader worker.
@@ -43,6 +49,11 @@ TAR_SUFFIXES: tuple[str, ...] = (".tar", ".tar.gz", ".tgz")
 LIST_EXTENSIONS: frozenset[str] = frozenset({".txt", ".csv", ".tsv", ".parquet"})
 # A brace pattern expanding to more names than this is refused rather than materialised.
 MAX_EXPANSION: int = 1_000_000
+# ... or to more characters in all (1M names of 128 characters), or nested deeper than this: both
+# are counted on the pattern (:func:`brace_size`) before braceexpand, which builds every range of
+# a pattern in memory before yielding its first name, ever sees it.
+MAX_EXPANSION_CHARS: int = 1 << 27
+MAX_BRACE_DEPTH: int = 16
 # Remote folders are walked at most this deep: an HTTP listing of a server-side symlink loop
 # (``up -> ..``) has new URLs at every level, so only depth can end it.
 MAX_REMOTE_DEPTH: int = 32
@@ -124,7 +135,7 @@ def is_tar(ref: str) -> bool:
 
 def _filesystem(ref: str) -> tuple[Any, str]:
     """fsspec's file system and in-store path for a URL; an unknown scheme or a missing backend is one line."""
-    import fsspec
+    fsspec = require_url_reader(ref)
 
     try:
         return fsspec.core.url_to_fs(ref)
@@ -190,13 +201,137 @@ def read_bytes(ref: str, max_bytes: int) -> bytes:
             raise ReadError(ref, _reason(exc)) from None
 
 
+_INT_RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)(?:\.\.-?(\d+))?$")  # braceexpand 0.1.7's own patterns
+_CHAR_RANGE = re.compile(r"^([A-Za-z])\.\.([A-Za-z])(?:\.\.-?(\d+))?$")
+_ALPHABET = string.ascii_uppercase + string.ascii_lowercase
+
+
+def _brace_depth(pattern: str) -> int:
+    depth = deepest = 0
+    skip = False
+    for ch in pattern:
+        if skip:
+            skip = False
+        elif ch == "\\":
+            skip = True
+        elif ch == "{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == "}":
+            depth -= 1
+    return deepest
+
+
+def brace_size(pattern: str) -> tuple[int, int]:
+    """(names, characters in all) that ``braceexpand(pattern)`` yields, counted without expanding.
+
+    The grammar is braceexpand's, walked the way its ``parse_pattern``/``parse_sequence`` walk it
+    (a product of literals and ``{...}`` items; an item is an integer or letter range, a comma
+    sequence, or literal braces around a pattern), so ``d-{0..99999999}.tar`` costs microseconds
+    instead of 8 GB. Integer ranges count each name at its widest (the wider end), so the
+    characters are an upper bound. The caller bounds the depth first (:data:`MAX_BRACE_DEPTH`): the
+    walk recurses once per level, as braceexpand does. Raises ``ValueError`` on unbalanced braces.
+    """
+    count, chars = 1, 0  # a product: count multiplies, each part's characters repeat for the others' names
+
+    def times(part: tuple[int, int]) -> None:
+        nonlocal count, chars
+        chars = chars * part[0] + part[1] * count
+        count *= part[0]
+
+    start = pos = depth = 0
+    while pos < len(pattern):
+        ch = pattern[pos]
+        if ch == "\\":
+            pos += 2
+            continue
+        if ch == "{":
+            if depth == 0 and pos > start:
+                times((1, len(pattern[start:pos])))
+                start = pos
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            if depth == 0:
+                expr = pattern[start + 1 : pos]
+                item = _expression_size(expr)
+                if item is None:  # literal braces around a pattern
+                    inner = brace_size(expr)
+                    times((inner[0], inner[1] + 2 * inner[0]))
+                else:
+                    times(item)
+                start = pos + 1
+        pos += 1
+    if depth != 0:
+        raise ValueError("unbalanced braces")
+    if start < pos:
+        times((1, len(pattern) - start))
+    return count, chars
+
+
+def _expression_size(expr: str) -> tuple[int, int] | None:
+    match = _INT_RANGE.match(expr)
+    if match:
+        first, last, step_text = match.groups()
+        step = (int(step_text) or 1) if step_text else 1
+        a, b = int(first), int(last)
+        names = (abs(b - a) // step) + 1
+        padding = max(len(first), len(last)) if any(t.startswith(("0", "-0")) for t in (first, last) if t not in ("0", "-0")) else 0
+        return names, names * max(padding, len(str(a)), len(str(b)))
+    match = _CHAR_RANGE.match(expr)
+    if match:
+        first, last, step_text = match.groups()
+        step = (int(step_text) or 1) if step_text else 1
+        a, b = _ALPHABET.index(first), _ALPHABET.index(last)
+        return (abs(b - a) // step) + 1, (abs(b - a) // step) + 1
+    # a comma sequence: the items at depth 0 between commas, each a pattern of its own
+    parts, start, pos, depth = [], 0, 0, 0
+    while pos < len(expr):
+        ch = expr[pos]
+        if ch == "\\":
+            pos += 2
+            continue
+        if ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(expr[start:pos])
+            start = pos + 1
+        pos += 1
+    if depth != 0 or not parts:
+        return None
+    parts.append(expr[start:])
+    sizes = [brace_size(part) for part in parts]
+    return sum(n for n, _ in sizes), sum(c for _, c in sizes)
+
+
+def _check_brace_size(spec: str, ref: str) -> None:
+    """Refuse a pattern that is too deep, names too many files or too many characters, before expanding it."""
+    depth = _brace_depth(ref)
+    if depth > MAX_BRACE_DEPTH:
+        raise DataError(f"{spec[:200]} nests braces {depth} deep; at most {MAX_BRACE_DEPTH} levels are expanded")
+    try:
+        names, chars = brace_size(ref)
+    except ValueError as exc:
+        if str(exc) == "unbalanced braces":
+            return  # not a pattern: braceexpand says so too, and the name is checked as given
+        raise DataError(f"{spec[:200]}: {_one_line(exc)}") from None  # a range end too long for int()
+    if names > MAX_EXPANSION:
+        raise DataError(f"{spec[:200]} expands to {names} names, more than {MAX_EXPANSION}")
+    if chars > MAX_EXPANSION_CHARS:
+        raise DataError(f"{spec[:200]} expands to {chars} characters of names, more than {MAX_EXPANSION_CHARS}")
+
+
 def _expand(spec: str) -> list[str]:
     """``spec`` with its brace lists expanded; an existing local path with braces in its name is kept."""
     ref = _local(spec)
     if "{" not in ref or (not is_url(ref) and os.path.lexists(ref)):
         return [ref]
+    require("braceexpand", "a brace pattern (data-{000..009}.tar)")
     from braceexpand import UnbalancedBracesError, braceexpand
 
+    _check_brace_size(spec, ref)
     try:
         refs = list(itertools.islice(braceexpand(ref), MAX_EXPANSION + 1))
     except UnbalancedBracesError:
@@ -212,15 +347,30 @@ def _expand(spec: str) -> list[str]:
     return refs
 
 
+def _scheme_family(scheme: str) -> str:
+    scheme = scheme.lower()
+    return "http" if scheme in ("http", "https") else scheme
+
+
 def _join(list_ref: str, cell: str) -> str:
-    """A remote list's entry as a URL: relative entries are relative to the list's own folder."""
-    if is_url(cell):
-        return _local(cell)
+    """A remote list's entry as a URL: relative entries are relative to the list's own folder.
+
+    A remote list never switches scheme (http and https count as one): its rows are whatever the
+    server says, so a ``file:///home/...`` row, or one that joins into a local path, would make
+    cl-zoo read local files the user never named and write their names into the outputs.
+    """
     parts = urllib.parse.urlsplit(list_ref)
-    if parts.scheme.lower() in ("http", "https"):
-        return urllib.parse.urljoin(list_ref, cell)
-    path = posixpath.normpath(posixpath.join(posixpath.dirname(parts.path), cell))
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    if is_url(cell):
+        joined = cell
+    elif parts.scheme.lower() in ("http", "https"):
+        joined = urllib.parse.urljoin(list_ref, cell)
+    else:
+        path = posixpath.normpath(posixpath.join(posixpath.dirname(parts.path), cell))
+        joined = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+    if not is_url(joined) or _scheme_family(urllib.parse.urlsplit(joined).scheme) != _scheme_family(parts.scheme):
+        raise DataError(f"{list_ref} lists {_one_line(repr(cell))}, which is not on {parts.scheme}://; a remote list may only "
+                        "name entries relative to itself or on its own scheme")
+    return joined
 
 
 def _remote_list(ref: str) -> list[str]:
@@ -354,11 +504,14 @@ def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> Inputs:
 
 __all__ = [
     "LIST_EXTENSIONS",
+    "MAX_BRACE_DEPTH",
     "MAX_EXPANSION",
+    "MAX_EXPANSION_CHARS",
     "MAX_IMAGE_BYTES",
     "MAX_REMOTE_DEPTH",
     "TAR_SUFFIXES",
     "Inputs",
+    "brace_size",
     "ReadError",
     "is_tar",
     "is_url",

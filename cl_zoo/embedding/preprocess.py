@@ -34,6 +34,7 @@ from PIL import Image
 from cl_zoo.data.images import ImageDecodeError, decode_image, load_image
 from cl_zoo.embedding.inputs import MAX_IMAGE_BYTES, ReadError, is_url, open_input, read_bytes
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.optional import require
 
 _INTERPOLATION = {
     "nearest": Image.Resampling.NEAREST,
@@ -199,6 +200,29 @@ class OversizedMember:
 # anything matching its skip_meta pattern.
 _SKIP_META = re.compile(r"__[^/]*__($|/)")
 
+# The largest tar header record read: a GNU long name or link ('L'/'K') or a pax header ('x'/'g'/'X')
+# is read whole by tarfile, before the member it describes and before any member bound could see
+# it (issue 40: a 2.2 MiB .tar.gz declaring a 512 MiB long name cost +1 to +1.5 GiB). Real ones
+# hold a path or a few keywords; 1 MiB is far above them and far below MAX_IMAGE_BYTES.
+MAX_TAR_HEADER_BYTES: int = 1 << 20
+_HEADER_RECORDS = {tarfile.GNUTYPE_LONGNAME: "GNU long-name", tarfile.GNUTYPE_LONGLINK: "GNU long-link",
+                   tarfile.XHDTYPE: "pax", tarfile.XGLTYPE: "pax global", tarfile.SOLARIS_XHDTYPE: "pax (Solaris)"}
+
+
+class OversizedTarHeader(DataError):
+    """A tar header record declares more than :data:`MAX_TAR_HEADER_BYTES`; nothing of it was read."""
+
+
+class _BoundedTarInfo(tarfile.TarInfo):
+    """tarfile's member header, refusing an oversized header record before tarfile reads it."""
+
+    def _proc_member(self, tarfile_: tarfile.TarFile) -> tarfile.TarInfo:  # type: ignore[override]
+        kind = _HEADER_RECORDS.get(self.type)
+        if kind is not None and self.size > MAX_TAR_HEADER_BYTES:
+            raise OversizedTarHeader(f"a {kind} header record declares {self.size} bytes, more than the "
+                                     f"{MAX_TAR_HEADER_BYTES} a tar header may hold")
+        return super()._proc_member(tarfile_)  # type: ignore[misc]
+
 
 def tar_members(
     fh: IO[bytes], url: str, image_keys: Sequence[str], note: Callable[[str], object] = lambda name: None,
@@ -212,10 +236,11 @@ def tar_members(
     (``group_by_keys`` drops it anyway: only image extensions are kept). ``note`` hears each member's
     name before its data is touched, so damage can be placed.
     """
+    require("webdataset", "reading WebDataset tar shards")
     from webdataset.tariterators import base_plus_ext
 
     keys = {k.lower() for k in image_keys}
-    with tarfile.open(fileobj=fh, mode="r|*") as stream:
+    with tarfile.open(fileobj=fh, mode="r|*", tarinfo=_BoundedTarInfo) as stream:
         for info in stream:
             name = info.name
             if not info.isreg() or ("/" not in name and name.startswith("__") and name.endswith("__")) or _SKIP_META.match(name):
@@ -309,6 +334,7 @@ class TarBatches(torch.utils.data.IterableDataset):
 
     def shard_batches(self, shard: int, ref: str) -> Iterator[TarBatch]:
         """The batches of one shard, the last one flagged; :class:`ShardError` if it is damaged."""
+        require("webdataset", "reading WebDataset tar shards")
         from webdataset.tariterators import group_by_keys
 
         try:

@@ -25,6 +25,7 @@ from cl_zoo.index.fingerprint import embeddings_fingerprint, file_digest
 from cl_zoo.index.sidecar import IndexInfo, read_info, sidecar_path
 from cl_zoo.index.source import EmbeddingSource, open_source
 from cl_zoo.search import (
+    MAX_EF_SEARCH,
     inverted_lists_problem,
     load_index,
     read_faiss_file,
@@ -70,7 +71,7 @@ def load_saved_index(
     if info.n != count or info.dim != dims:
         raise DataError(f"index {index_path} holds {info.n} vectors of {info.dim} dims but {embeddings} has {count} of {dims}; {rebuild}")
     index = read_checked(index_path, info)
-    params = checked_params(info.search_params, index_path)
+    params = checked_params(info.search_params, index_path, index)
     try:
         apply_params(index, params)
     except RuntimeError:
@@ -78,11 +79,36 @@ def load_saved_index(
     return index, info
 
 
-def checked_params(params: str, index_path: Path) -> str:
-    """The sidecar's search parameters, if they are the few names and small numbers cl-zoo writes."""
-    if params and not all(_PARAM.match(part) for part in params.split(",")):
-        raise DataError(f"{sidecar_path(index_path)}: unknown search parameters {params[:80]!r}; rebuild the index with cl-zoo index")
+def checked_params(params: str, index_path: Path, index=None) -> str:  # noqa: ANN001 - a faiss.Index
+    """The sidecar's search parameters, if they are the few names cl-zoo writes with values inside the
+    caps the index file itself is held to (:func:`cl_zoo.search.structure_problem`): ``efSearch`` and
+    ``quantizer_efSearch`` in 1..:data:`~cl_zoo.search.MAX_EF_SEARCH`, ``nprobe`` in 1..nlist of
+    ``index``. A sidecar is as untrusted as the file: ``efSearch=9999999`` turned a 9 s dedup into
+    minutes, ``nprobe=0`` ended in a faiss traceback.
+    """
+    if not params:
+        return params
+    where = f"{sidecar_path(index_path)}: search parameter"
+    for part in params.split(","):
+        match = _PARAM.match(part)
+        if not match:
+            raise DataError(f"{sidecar_path(index_path)}: unknown search parameters {params[:80]!r}; rebuild the index with cl-zoo index")
+        name, value = match.group(1), int(match.group(2))
+        top = _nlist(index) if name == "nprobe" else MAX_EF_SEARCH
+        if top is not None and not 1 <= value <= top:
+            raise DataError(f"{where} {name}={value} is outside 1..{top}; rebuild the index with cl-zoo index")
     return params
+
+
+def _nlist(index) -> int | None:  # noqa: ANN001 - a faiss.Index
+    """The number of inverted lists of an IVF index (inside a pre-transform too); None when it has none."""
+    if index is None:
+        return None
+    faiss = require_faiss()
+    try:
+        return int(faiss.extract_index_ivf(index).nlist)
+    except RuntimeError:
+        return 0  # not an IVF index: no nprobe is valid
 
 
 def read_checked(index_path: Path, info: IndexInfo):  # noqa: ANN201 - a faiss.Index

@@ -99,6 +99,8 @@ def read_npy_header(path: str | os.PathLike[str]) -> NpyFile:
         raise DataError(f"{path} holds {dtype} values, not floating-point embeddings")
     if len(shape) != 2 or any(not isinstance(n, int) or n < 0 for n in shape):
         raise DataError(f"{path} has shape {shape}; embeddings are a 2-D array (rows x dims)")
+    if shape[0] and not shape[1]:  # every reader (index, search, dedup, load_embeddings) meets this check
+        raise DataError(f"{path} holds {shape[0]} rows of 0 dims: no embeddings; re-embed with cl-zoo embed")
     expected = offset + shape[0] * shape[1] * dtype.itemsize
     if expected != size:
         what = "truncated" if size < expected else "longer than its header says"
@@ -286,7 +288,9 @@ def parquet_rows(path: Path) -> SavedRows:
     Dims come from the column type (a fixed-size list, as ``cl-zoo embed`` writes) or the recorded
     ``dims``; a file recording neither is read whole by :func:`cl_zoo.embedding.load_embeddings`.
     """
-    import pyarrow as pa
+    from cl_zoo.optional import require
+
+    pa = require("pyarrow", f"reading {path.name}")
     import pyarrow.parquet as pq
 
     try:
@@ -322,6 +326,8 @@ def parquet_rows(path: Path) -> SavedRows:
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: the 'path' column holds text that is not UTF-8 ({exc.reason})") from None
     check_recorded_shape(meta, len(paths), dims, path.name, path)
+    if paths and dims < 1:
+        raise DataError(f"{path} holds {len(paths)} rows of {dims} dims: no embeddings; re-embed with cl-zoo embed")
     return SavedRows(path, paths, meta, len(paths), dims, None)
 
 
