@@ -24,6 +24,15 @@ refuses a file larger than the caller's bound before reading it, refuses what is
 (a FIFO would block forever, ``/dev/zero`` never ends), and turns every failure (missing, unreadable,
 not UTF-8, malformed, nested deep enough to exhaust the parser's recursion, an integer with more
 digits than Python converts) into one line of the caller's error class.
+
+Writing over is the third: a command may replace only what it wrote itself. An output's sidecar
+(``emb.csv``), a progress folder (``emb.parts/``) or a shard (``DIR/emb_00000.npy``) has a name
+that somebody else's file can already hold (a label sheet called ``train.csv`` beside ``--out
+train.npy``), so before replacing or deleting one the writer recognises it by its content
+(:func:`check_replaceable`, with a recogniser from the module that owns the format), and refuses,
+naming the file, when it is not its own or is not a regular file at all (a folder, a link: a link
+would be written through). :func:`refuse_inputs_as_outputs` refuses an output that is one of the
+command's inputs, however it is spelt (another relative path, a link, a hard link).
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from cl_zoo.errors import ClZooError, DataError
 
@@ -48,6 +57,10 @@ __all__ = [
     "atomic_save_npy",
     "file_lock",
     "read_json",
+    "check_replaceable",
+    "read_head",
+    "refuse_inputs_as_outputs",
+    "same_file",
 ]
 
 
@@ -250,3 +263,77 @@ def read_json(
         return json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, a 5000-digit integer
         raise error(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from None
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same inode when both exist (links, hard links, case
+    folding), else the same absolute path with links resolved (an output not written yet)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_inputs_as_outputs(
+    outputs: Iterable[str | os.PathLike[str]],
+    inputs: Iterable[str | os.PathLike[str]],
+    *,
+    error: type[ClZooError] = DataError,
+) -> None:
+    """One line of ``error`` when a file the command would write or delete is one of its inputs."""
+    from urllib.parse import unquote, urlsplit
+
+    outputs = [Path(o) for o in outputs]
+    for given in inputs:
+        text = os.fspath(given)
+        if text.lower().startswith("file://"):  # a local file all the same
+            text = unquote(urlsplit(text).path)
+        if "://" in text or not os.path.lexists(text):  # remote URLs and patterns are never our outputs
+            continue
+        for out in outputs:
+            if same_file(out, text):
+                raise error(f"{out} is also an input ({text}); writing it would replace that input: choose another output")
+
+
+def read_head(path: str | os.PathLike[str], size: int = 4096) -> bytes:
+    """The first ``size`` bytes of a regular file (b"" when unreadable): enough to recognise a format
+    without reading the file, and never blocking on a FIFO."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return b""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.read(fd, size)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def check_replaceable(
+    path: str | os.PathLike[str],
+    ours: Callable[[Path], bool],
+    what: str,
+    *,
+    error: type[ClZooError] = DataError,
+) -> bool:
+    """Whether ``path`` exists; one line of ``error`` when it does and cannot be replaced or deleted.
+
+    ``ours`` recognises the writer's own files by their content; ``what`` names them in the refusal
+    ("an embeddings path list"). A link is refused whatever it points to (replacing it would write
+    through it, or leave the user's target), and so is anything that is not a regular file.
+    """
+    path = Path(path)
+    if not os.path.lexists(path):
+        return False
+    if path.is_symlink():
+        raise error(f"{path} is a symbolic link; cl-zoo writes {what} there and will not replace a link: "
+                    "remove it or choose another output")
+    if not path.is_file():
+        raise error(f"{path} exists and is not a file; cl-zoo writes {what} there: move it away or choose another output")
+    if not ours(path):
+        raise error(f"{path} exists and is not {what} that cl-zoo wrote; cl-zoo will not replace it: "
+                    "move it away or choose another output")
+    return True

@@ -187,13 +187,13 @@ def existing_index(tmp_path: Path) -> Path:
     """An index file and sidecar already in place, which no failed build may touch."""
     out = tmp_path / "keep.faiss"
     out.write_bytes(b"previous index")
-    sidecar_path(out).write_text('{"previous": true}')
+    sidecar_path(out).write_text('{"format": "cl-zoo-index/1", "previous": true}')
     return out
 
 
 def untouched(out: Path) -> bool:
     leftovers = [p.name for p in out.parent.iterdir() if p.name.startswith(".")]
-    return out.read_bytes() == b"previous index" and sidecar_path(out).read_text() == '{"previous": true}' and not leftovers
+    return out.read_bytes() == b"previous index" and sidecar_path(out).read_text() == '{"format": "cl-zoo-index/1", "previous": true}' and not leftovers
 
 
 def test_truncated_npy_and_shard_are_refused(tmp_path: Path, existing_index: Path, capsys: pytest.CaptureFixture[str]) -> None:

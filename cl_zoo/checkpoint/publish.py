@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -73,11 +74,13 @@ class PublishResult:
 
 def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
     """Check that a folder is a complete, loadable checkpoint with a model card."""
-    from cl_zoo.checkpoint.card import parse_front_matter
+    from cl_zoo.checkpoint.card import LIBRARY_NAMES, parse_front_matter
 
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder")
+    for _ in _folder_files(folder):  # links and special files refused before anything is read
+        pass
     if not (folder / CONFIG_NAME).is_file():
         raise CheckpointError(f"{folder} has no {CONFIG_NAME}; write it with cl_zoo.save_pretrained")
     files = weight_files(folder)
@@ -91,8 +94,9 @@ def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
         raise CheckpointError(f"{card}: {' '.join(str(exc).split())}") from exc
     except Exception as exc:  # noqa: BLE001 - yaml.YAMLError and friends from a hand-edited card
         raise CheckpointError(f"{card}: front matter is not valid YAML ({type(exc).__name__})") from exc
-    if meta.get("library_name") not in (None, "cl-zoo"):
-        raise CheckpointError(f"{card}: library_name is {meta['library_name']!r}, expected 'cl-zoo'")
+    if meta.get("library_name") not in (None, *LIBRARY_NAMES):
+        expected = " or ".join(repr(name) for name in LIBRARY_NAMES)
+        raise CheckpointError(f"{card}: library_name is {meta['library_name']!r}, expected {expected}")
     return FolderReport(
         folder=folder,
         model_name=str(getattr(model, "model_name", "")),
@@ -125,6 +129,13 @@ def card_for_repo(
 
     folder = Path(folder)
     card = folder / CARD_NAME
+    headings = [t for t in heading_titles(card.read_text(encoding="utf-8")) if t.casefold() == USAGE_SECTION.casefold()]
+    if len(headings) > 1:
+        # The Hub renders every one of them; cl-zoo checks (and a reader copies from) only one.
+        raise CheckpointError(
+            f"{card} has {len(headings)} '{USAGE_SECTION}' headings (a '#' line or a line underlined with ---/===); "
+            f"a card has one, cl-zoo's own: re-render it with `cl-zoo card-update {folder}`"
+        )
     text = retarget(card.read_text(encoding="utf-8"), folder, f"hf-hub:{repo_id}")
     config = read_config(folder)
     recorded = merged_pretrained_cfg(config).get("hf_hub_id")
@@ -164,14 +175,69 @@ def card_for_repo(
     return text
 
 
+def _refuse_unless_regular(path: Path, folder: Path) -> None:
+    """A symbolic link (or a FIFO, a device...) in a folder to publish is refused in one line.
+
+    Uploading follows a link: ``notes.txt -> ~/.cache/huggingface/token`` would publish the token
+    under the link's name. Only regular files go, so what is uploaded is what the folder holds.
+    """
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        raise CheckpointError(
+            f"{path} is a symbolic link (to {os.readlink(path)}); publish uploads regular files only, since a link "
+            f"would upload whatever it points to: replace it with a copy of the file, or remove it from {folder}"
+        )
+    if not stat.S_ISREG(info.st_mode) and not stat.S_ISDIR(info.st_mode):
+        raise CheckpointError(f"{path} is not a regular file; publish uploads regular files only: remove it from {folder}")
+
+
+_ATX_HEADING = re.compile(r"^ {0,3}#{1,6}(?:[ \t]+(.*?))??(?:[ \t]+#+)?[ \t]*$")
+_SETEXT_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
+
+
+def heading_titles(text: str) -> list[str]:
+    """The titles of every Markdown heading in ``text`` as a renderer sees them: ``#`` lines of any
+    level and setext headings (text underlined with ``---``/``===``), outside code fences and the
+    YAML front matter."""
+    from cl_zoo.checkpoint.usage import FenceTracker
+
+    lines = text.splitlines()
+    if lines and lines[0].strip() == "---":  # front matter: up to the closing ---
+        end = next((n for n in range(1, len(lines)) if lines[n].strip() == "---"), 0)
+        lines = lines[end + 1:]
+    titles: list[str] = []
+    paragraph: list[str] = []
+    fences = FenceTracker()
+    for line in lines:
+        if fences.feed(line) != "outside":
+            paragraph = []
+            continue
+        atx = _ATX_HEADING.match(line)
+        if atx:
+            titles.append((atx.group(1) or "").strip())
+            paragraph = []
+        elif paragraph and _SETEXT_UNDERLINE.match(line):
+            titles.append(" ".join(p.strip() for p in paragraph))
+            paragraph = []
+        else:
+            paragraph = paragraph + [line] if line.strip() else []
+    return titles
+
+
 def _folder_files(folder: Path) -> Iterator[tuple[str, Path]]:
     """(path in the repo, local file) of everything uploaded from ``folder`` except its card, which
-    is replaced by the retargeted one; hidden files, staging folders and temporaries never go."""
+    is replaced by the retargeted one; hidden files, staging folders and temporaries never go. Every
+    other entry must be a regular file or folder (:func:`_refuse_unless_regular`), the card included."""
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d != "__pycache__")
+        for name in dirnames:  # os.walk lists a linked folder here without entering it
+            _refuse_unless_regular(Path(dirpath) / name, folder)
         rel = Path(dirpath).relative_to(folder)
         for name in sorted(filenames):
-            if name.startswith(".") or name.endswith(".tmp") or (rel == Path(".") and name == CARD_NAME):
+            if name.startswith(".") or name.endswith(".tmp"):
+                continue
+            _refuse_unless_regular(Path(dirpath) / name, folder)
+            if rel == Path(".") and name == CARD_NAME:
                 continue
             yield (rel / name).as_posix(), Path(dirpath) / name
 
@@ -186,9 +252,9 @@ def _staged(folder: Path, card: str) -> Path:
         target = staging / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.link(path, target)
+            os.link(path, target, follow_symlinks=False)
         except OSError:
-            shutil.copy2(path, target)
+            shutil.copy2(path, target, follow_symlinks=False)
     (staging / CARD_NAME).write_bytes(card.encode("utf-8"))
     return staging
 
@@ -254,7 +320,9 @@ def _api(settings: dict[str, Any], token: str | None) -> Any:
 
 
 def _is_transport_error(exc: BaseException) -> bool:
-    return type(exc).__module__.split(".")[0] in {"httpx", "httpx2", "httpcore", "requests", "urllib3"}
+    from cl_zoo.checkpoint.hub import is_transport_error
+
+    return is_transport_error(exc)
 
 
 def _push(
@@ -306,19 +374,33 @@ class LocalFile:
 
     sha256: str
     git_sha1: str
+    size: int = 0
 
 
 def _digest(data: bytes | Path) -> LocalFile:
     if isinstance(data, bytes):
         return LocalFile(hashlib.sha256(data).hexdigest(),
-                         hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest())
-    sha256 = hashlib.sha256()
-    sha1 = hashlib.sha1(b"blob %d\0" % data.stat().st_size)
-    with open(data, "rb") as fh:
+                         hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest(), len(data))
+    # O_NOFOLLOW: a file swapped for a link after the folder was checked is an error, not its target's bytes
+    try:
+        fd = os.open(data, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        raise CheckpointError(f"cannot read {data} ({exc.strerror or exc}); publish uploads regular files only") from None
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        sha256 = hashlib.sha256()
+        sha1 = hashlib.sha1(b"blob %d\0" % size)
         while chunk := fh.read(1 << 20):
             sha256.update(chunk)
             sha1.update(chunk)
-    return LocalFile(sha256.hexdigest(), sha1.hexdigest())
+    return LocalFile(sha256.hexdigest(), sha1.hexdigest(), size)
+
+
+def file_lines(files: dict[str, LocalFile]) -> list[str]:
+    """One line per file to upload, with its size and sha256: what ``--dry-run`` shows, so a reviewer
+    sees every file that would leave the machine, not just how many."""
+    width = max((len(path) for path in files), default=0)
+    return [f"  {path:<{width}}  {f.size:>12,} bytes  sha256 {f.sha256}" for path, f in files.items()]
 
 
 def local_files(folder: str | os.PathLike[str], card: str) -> dict[str, LocalFile]:
@@ -526,6 +608,11 @@ def sync_folders(
         if record is not None and not dry_run:
             _record(Path(record), result)
         results.append(result)
+    if dry_run:  # after the verdicts: every file each repo would get, so nothing leaves unseen
+        for plan in plans:
+            echo(f"files for {plan.repo_id} ({len(plan.files)}, from {plan.folder}):")
+            for line in file_lines(plan.files):
+                echo(line)
     return results
 
 

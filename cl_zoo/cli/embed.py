@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 from pathlib import Path
 
 import click
@@ -74,8 +73,9 @@ def embed_command(
     URL (file://, http://, ...). Rows come in sorted path order (tar order for shards). Unreadable
     files are skipped and listed in OUT.failures.csv (failures_NNNNN.csv in a folder output).
     """
-    from cl_zoo.data.images import discover_images
+    from cl_zoo.data.images import discover_images, is_url
     from cl_zoo.embedding.inputs import resolve_inputs
+    from cl_zoo.optional import require, require_url_reader
     from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY
     from cl_zoo.embedding import (
         OUTPUT_SUFFIXES,
@@ -89,9 +89,16 @@ def embed_command(
         sidecar,
         write_failures,
     )
+    from cl_zoo.embedding.files import FAILURES_SIDECAR, OWN_SIDECARS, check_output_files
+    from cl_zoo.embedding.parts import discard_progress
+    from cl_zoo.embedding.sharded import check_output_folder
     from cl_zoo.embedding.shards import is_shard_output
+    from cl_zoo.fileio import check_replaceable
     from cl_zoo.registry import DEFAULT_MODEL
+    from cl_zoo.torchrun import torchrun_env
 
+    launched = torchrun_env()  # checked first: leftover torchrun variables are one error line, not a silent exit 0
+    rank = launched.rank
     out_path = Path(out)
     sharded = is_shard_output(out)
     if sharded and out_path.exists() and not out_path.is_dir():
@@ -104,9 +111,22 @@ def embed_command(
         raise DataError(f"output folder does not exist: {out_path.parent}")
     if not os.access(out_path.parent, os.W_OK):
         raise DataError(f"output folder is not writable: {out_path.parent}")
-    rank = int(os.environ.get("RANK", "0"))
+    # Before any work: nothing this run writes, uses or deletes may be an input or somebody else's file.
+    if sharded:
+        check_output_folder(out_path, (*paths, *calibration))
+    else:
+        check_output_files(out_path, (*paths, *calibration))
+    # Optional packages are checked before any image is read, not when the output is written.
+    if sharded or out_path.suffix.lower() == ".parquet":
+        require("pyarrow", "--out DIR/ (sharded embeddings)" if sharded else "--out F.parquet")
     # Absolute paths (URLs stay URLs): the rows mean the same from any folder, and so does a --resume.
     found = resolve_inputs(paths)
+    if found.is_webdataset:  # read with webdataset, written as shards with Parquet meta tables
+        require("webdataset", "reading WebDataset tar shards")
+        require("pyarrow", "reading WebDataset tar shards", extra="remote")
+    first_url = next((f for f in found.files if is_url(f)), None)
+    if first_url is not None:  # URLs listed in a local list file were not opened by resolve_inputs
+        require_url_reader(first_url)
     if found.repeats and rank == 0:
         click.echo(f"skipped {found.repeats} linked folder{'s' if found.repeats != 1 else ''} already walked (symlink repeats or loops)", err=True)
     files = found.files
@@ -123,13 +143,13 @@ def embed_command(
     stop_after = os.environ.get(STOP_AFTER_ENV)
     metadata = {**model_metadata(net, model or DEFAULT_MODEL), **input_metadata(paths)}
     if found.is_webdataset:
-        return embed_webdataset(net, found.tars, out_path, metadata, sharded=sharded, image_key=image_key or DEFAULT_IMAGE_KEY,
+        return embed_webdataset(net, found.tars, out_path, metadata, rank=rank, world=launched.world_size, sharded=sharded, image_key=image_key or DEFAULT_IMAGE_KEY,
                                 shard_size=shard_size, batch_size=batch_size, device=device, workers=workers, precision=precision,
                                 backend=backend, calibration=calibration_files, calibration_seed=calibration_seed,
                                 force_int8=force_int8, quiet=quiet, resume=resume, force=force, half=half,
                                 stop_after=int(stop_after) if stop_after else None)
     if sharded:
-        return embed_shards(net, files, out_path, metadata, shard_size=shard_size, batch_size=batch_size, device=device,
+        return embed_shards(net, files, out_path, metadata, rank=rank, shard_size=shard_size, batch_size=batch_size, device=device,
                             workers=workers, precision=precision, backend=backend, calibration=calibration_files,
                             calibration_seed=calibration_seed, force_int8=force_int8, quiet=quiet, resume=resume, force=force,
                             half=half, save_every=save_every, stop_after=int(stop_after) if stop_after else None)
@@ -156,7 +176,7 @@ def embed_command(
     except NonFiniteFeatureError:
         # The model cannot produce a usable file; saved parts of this run would only be resumed into the same error.
         if rank == 0:
-            shutil.rmtree(parts, ignore_errors=True)
+            discard_progress(parts)
         raise
     except KeyboardInterrupt:
         if rank == 0:
@@ -170,13 +190,13 @@ def embed_command(
         raise
     if rank != 0:
         return 0
-    failures_csv = sidecar(out_path, ".failures.csv")
+    failures_csv = sidecar(out_path, FAILURES_SIDECAR)
     if result.failures:
         write_failures(failures_csv, result.failures)
-    elif failures_csv.exists():
+    elif check_replaceable(failures_csv, *OWN_SIDECARS[FAILURES_SIDECAR]):
         failures_csv.unlink()  # a stale report from an earlier run would be misleading
     if not result.paths:
-        shutil.rmtree(parts, ignore_errors=True)
+        discard_progress(parts)
         raise DataError(
             f"none of the {len(files)} images could be read; reasons in {failures_csv} "
             f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
@@ -184,7 +204,7 @@ def embed_command(
     metadata = {**metadata, "precision": result.precision, "backend": result.backend,
                 **({"quantization": result.quantization} if result.quantization is not None else {})}
     save_embeddings(out_path, result.features, result.paths, metadata, half=half)
-    shutil.rmtree(parts, ignore_errors=True)
+    discard_progress(parts)
     rate = result.images_per_second
     click.echo(
         f"embedded {len(result.paths)} images ({result.features.shape[1]}-d) into {out_path}, "
@@ -197,26 +217,27 @@ def embed_command(
     return 0
 
 
-def embed_webdataset(net, tars: list[str], out_path: Path, metadata: dict, *, sharded: bool, quiet: bool,  # noqa: ANN001
+def embed_webdataset(net, tars: list[str], out_path: Path, metadata: dict, *, rank: int, world: int, sharded: bool, quiet: bool,  # noqa: ANN001
                      stop_after: int | None, shard_size: int | None, half: bool, resume: bool, force: bool, **options) -> int:  # noqa: ANN003
     """WebDataset tar shards in: one output shard per input tar (``--out DIR/``), or one file."""
     from cl_zoo.embedding import save_embeddings, sidecar, write_failures
     from cl_zoo.embedding.shards import MANIFEST_NAME
     from cl_zoo.embedding.tars import embed_tars_to_shards, extract_tar_features
 
-    rank = int(os.environ.get("RANK", "0"))
     if shard_size is not None:
         raise ClZooError("--shard-size does not apply to WebDataset input: each input tar becomes one output shard")
     if not sharded:
         if resume:
             raise ClZooError("--resume with WebDataset input needs a folder output (--out DIR/), which resumes tar by tar")
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        if world > 1:
             raise ClZooError("torchrun with WebDataset input needs a folder output (--out DIR/)")
         result = extract_tar_features(net, tars, progress=not quiet, max_batches=stop_after, **options)
         failures_csv = sidecar(out_path, ".failures.csv")
         if result.failures:
             write_failures(failures_csv, result.failures)
         if not result.paths:
+            if not result.failures:
+                raise DataError(f"the {len(tars)} WebDataset shard(s) hold no samples; nothing was written")
             raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read; reasons in {failures_csv}")
         save_embeddings(out_path, result.features, result.paths, {**metadata, "precision": result.precision, "backend": result.backend},
                         half=half)
@@ -236,13 +257,12 @@ def embed_webdataset(net, tars: list[str], out_path: Path, metadata: dict, *, sh
     return 0
 
 
-def embed_shards(net, files: list[str], out_path: Path, metadata: dict, *, quiet: bool, stop_after: int | None, save_every: int | None,  # noqa: ANN001
-                 shard_size: int | None, **options) -> int:  # noqa: ANN003 - embed_to_shards' options
+def embed_shards(net, files: list[str], out_path: Path, metadata: dict, *, rank: int, quiet: bool, stop_after: int | None,  # noqa: ANN001
+                 save_every: int | None, shard_size: int | None, **options) -> int:  # noqa: ANN003 - embed_to_shards' options
     """``--out DIR/``: numbered shards and a manifest, memory flat in the number of images."""
     from cl_zoo.embedding.sharded import PARTS_FOLDER, embed_to_shards
     from cl_zoo.embedding.shards import MANIFEST_NAME
 
-    rank = int(os.environ.get("RANK", "0"))
     try:
         run = embed_to_shards(net, files, out_path, metadata=metadata, shard_images=shard_size, progress=not quiet,
                               chunk_batches=save_every, max_batches=stop_after, **options)

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from cl_zoo.index.source import EmbeddingSource
 
 
 @click.command("index")
@@ -37,10 +43,15 @@ def index_command(embeddings: str, out: str, max_memory: str, sample: int | None
       cl-zoo dedup runs/shards/ --index-file runs/shards.faiss
     """
     from cl_zoo.index import build_index, format_bytes, parse_memory
+    from cl_zoo.index.source import open_source
+    from cl_zoo.search import require_faiss
 
+    require_faiss("cl-zoo index")  # before the embeddings are read
     budget = parse_memory(max_memory)
     say = None if quiet else (lambda message: click.echo(message, err=True))
-    result = build_index(embeddings, out, budget, sample_size=sample, seed=seed, progress=say)
+    source = open_source(embeddings)
+    check_index_outputs(source, out)
+    result = build_index(source, out, budget, sample_size=sample, seed=seed, progress=say)
     info = result.info
     if as_json:
         report = {**info.to_json(), "estimated_bytes": result.plan.estimated_bytes, "tried": [list(t) for t in result.evaluation.tried]}
@@ -59,4 +70,37 @@ def index_command(embeddings: str, out: str, max_memory: str, sample: int | None
     return 0
 
 
-__all__ = ["index_command"]
+def _is_index_description(path: Path) -> bool:
+    from cl_zoo.errors import ClZooError
+    from cl_zoo.fileio import read_json
+    from cl_zoo.index.sidecar import FORMAT
+
+    try:
+        data = read_json(path, max_bytes=1 << 20, what="index description")
+    except ClZooError:
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
+def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) -> None:
+    """Refuse, in one line, an index (or its ``.json``) that would replace the embeddings it indexes:
+    ``cl-zoo index emb.npy --out emb.npy`` used to replace the embeddings with the index, and ``--out
+    emb.meta`` their metadata with the description. ``OUT`` itself is the user's choice to replace
+    (as ``cl-zoo embed --out``); ``OUT.json``, a name derived from it, must be absent or an index
+    description cl-zoo wrote."""
+    from cl_zoo.embedding.files import LEGACY_PATHS_SIDECAR, OWN_SIDECARS, sidecar
+    from cl_zoo.embedding.shards import named_like_ours
+    from cl_zoo.fileio import check_replaceable, refuse_inputs_as_outputs
+    from cl_zoo.index.sidecar import sidecar_path
+
+    out = Path(out)
+    inputs: list[Path] = []
+    for npy in source.paths:
+        inputs += [npy, *(sidecar(npy, s) for s in (*OWN_SIDECARS, LEGACY_PATHS_SIDECAR))]
+    if source.location.is_dir():
+        inputs += named_like_ours(source.location)
+    refuse_inputs_as_outputs([out, sidecar_path(out)], inputs)
+    check_replaceable(sidecar_path(out), _is_index_description, "an index description")
+
+
+__all__ = ["check_index_outputs", "index_command"]

@@ -33,7 +33,7 @@ def _pins_line(name: str, repo_id: str, pins: dict[str, str]) -> str:
 @click.option("--revision", default=None, help="Branch to push to (created from main if missing); FOLDER only.")
 @click.option("--create-pr", is_flag=True, help="Open a pull request against main instead of committing to it; FOLDER only.")
 @click.option("--message", "commit_message", default=None, help="Commit message.")
-@click.option("--dry-run", is_flag=True, help="Only validate (and compare with the Hub when reachable); upload nothing.")
+@click.option("--dry-run", is_flag=True, help="Only validate (and compare with the Hub when reachable) and list every file with its size and sha256; upload nothing.")
 @click.option("--run-card-code", is_flag=True,
               help="Run the card's own 'How to load' code (shown first; offline, without credentials) instead of "
                    "requiring the section cl-zoo generates from config.json.")
@@ -103,7 +103,7 @@ def publish_command(
     assert folder is not None and repo_id is not None
     if dry_run:
         report = pub.validate_folder(folder)
-        pub.card_for_repo(report.folder, repo_id, run_card_code=run_card_code, echo=click.echo)
+        card = pub.card_for_repo(report.folder, repo_id, run_card_code=run_card_code, echo=click.echo)
         checked = ("its card's own usage code ran" if run_card_code else
                    "its card's How to load is cl-zoo's own, and that snippet ran")
         click.echo(
@@ -111,6 +111,10 @@ def publish_command(
             f"{report.num_params / 1e6:.2f}M params, {len(report.weight_files)} weight file(s); {checked}, "
             f"loading hf-hub:{repo_id} from this folder); nothing uploaded"
         )
+        files = pub.local_files(report.folder, card)
+        click.echo(f"files it would upload ({len(files)}):")
+        for line in pub.file_lines(files):
+            click.echo(line)
         return
     result = pub.publish_folder(
         folder, repo_id, private=private, revision=revision, create_pr=create_pr, commit_message=commit_message,

@@ -16,7 +16,8 @@ from cl_zoo.embedding.checks import (
 )
 from cl_zoo.data.images import is_url
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, atomic_path, read_json
+from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, atomic_path, check_replaceable, read_head, read_json, refuse_inputs_as_outputs
+from cl_zoo.optional import require
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
 
@@ -36,6 +37,90 @@ def _atomic_write(final: Path, write: Any) -> None:
 
 PATHS_SIDECAR = ".paths.jsonl"
 LEGACY_PATHS_SIDECAR = ".paths.txt"
+CSV_SIDECAR = ".csv"
+META_SIDECAR = ".meta.json"
+FAILURES_SIDECAR = ".failures.csv"
+PARTS_SIDECAR = ".parts"
+# The first line of each CSV cl-zoo writes (csv.writer ends lines with \r\n): its marker.
+_CSV_HEAD = b"index,path"
+_FAILURES_HEAD = b"path,reason"
+
+
+def _csv_with_header(path: Path, header: bytes) -> bool:
+    head = read_head(path, len(header) + 2)
+    return head in (header + b"\r\n", header + b"\n")
+
+
+def _is_path_list(path: Path) -> bool:
+    """An empty file, or one whose first line is a JSON string (a user's ``.jsonl`` holds objects)."""
+    head = read_head(path, 1 << 16)
+    if not head:
+        return path.stat().st_size == 0
+    line, newline, _ = head.partition(b"\n")
+    if not newline:
+        return False
+    try:
+        return isinstance(json.loads(line.decode("ascii")), str)
+    except (ValueError, RecursionError):
+        return False
+
+
+def _is_metadata(path: Path) -> bool:
+    try:
+        meta = read_json(path, max_bytes=MAX_EMBEDDINGS_META_BYTES, what="embeddings metadata file")
+    except ClZooError:
+        return False
+    return isinstance(meta, dict) and {"dims", "count", "dtype"} <= meta.keys()
+
+
+# Sidecar -> (recogniser of cl-zoo's own file, what it is): the only files beside an output it replaces.
+OWN_SIDECARS = {
+    PATHS_SIDECAR: (_is_path_list, "an embeddings path list (.paths.jsonl)"),
+    CSV_SIDECAR: (lambda p: _csv_with_header(p, _CSV_HEAD), "an embeddings row table (index,path)"),
+    META_SIDECAR: (_is_metadata, "an embeddings metadata file"),
+    FAILURES_SIDECAR: (lambda p: _csv_with_header(p, _FAILURES_HEAD), "an embed failure report (path,reason)"),
+}
+
+
+def sidecars_of(out: str | os.PathLike[str]) -> list[str]:
+    """The sidecar suffixes written (or, for a stale failure report, deleted) beside ``out``."""
+    npy = Path(out).suffix.lower() == ".npy"
+    return [*((PATHS_SIDECAR, CSV_SIDECAR, META_SIDECAR) if npy else ()), FAILURES_SIDECAR]
+
+
+def check_output_files(out: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]] = ()) -> int | None:
+    """Refuse, in one line, an output whose files would replace an input or a file cl-zoo did not write.
+
+    ``out`` may be replaced (the user named it) unless it is one of ``inputs``; each sidecar must be
+    absent or recognisably cl-zoo's (:data:`OWN_SIDECARS`); and so must the progress folder
+    (:mod:`cl_zoo.embedding.parts`). Returns the row count a ``.meta.json`` of cl-zoo's records
+    when one is there (an earlier output, whose older ``.paths.txt`` listing may then be removed).
+    """
+    from cl_zoo.embedding.parts import check_progress_folder
+
+    out = Path(out)
+    names = sidecars_of(out)
+    refuse_inputs_as_outputs([out, *(sidecar(out, s) for s in names), sidecar(out, PARTS_SIDECAR)], inputs)
+    found = {s: check_replaceable(sidecar(out, s), OWN_SIDECARS[s][0], OWN_SIDECARS[s][1]) for s in names}
+    check_progress_folder(sidecar(out, PARTS_SIDECAR))
+    if not found.get(META_SIDECAR):
+        return None
+    count = read_json(sidecar(out, META_SIDECAR), max_bytes=MAX_EMBEDDINGS_META_BYTES).get("count")
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def _is_legacy_listing_of(path: Path, count: int | None) -> bool:
+    """Whether ``path`` is the ``.paths.txt`` an older cl-zoo wrote for an output of ``count`` rows:
+    one name per line, as many lines as rows. Anything else there is somebody else's and stays."""
+    if count is None or path.is_symlink() or not path.is_file():
+        return False
+    lines = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            lines += block.count(b"\n")
+            if lines > count:
+                return False
+    return lines == count
 
 
 def write_path_list(final: str | os.PathLike[str], paths: Sequence[str]) -> Path:
@@ -97,8 +182,10 @@ def save_embeddings(
 
     Every file is written under a temporary name and renamed into place, the sidecars before the
     array, so a reader never sees an array without its row names. Row paths are stored absolute,
-    so the file means the same thing from any working directory. A ``.paths.txt`` left by an
-    older version beside the output is removed, so no stale listing contradicts the new one.
+    so the file means the same thing from any working directory. A sidecar name already taken by a
+    file cl-zoo did not write (``train.csv`` beside ``train.npy``) is refused before anything is
+    written (:func:`check_output_files`). A ``.paths.txt`` left by an older version beside an
+    earlier output is removed, so no stale listing contradicts the new one.
     Non-finite features are refused (:class:`NonFiniteFeatureError`) before anything is written.
     """
     out = Path(out)
@@ -113,9 +200,12 @@ def save_embeddings(
     array = features.astype(np.float16 if half else np.float32)
     if half and not np.isfinite(array).all():
         raise DataError(f"features exceed the float16 range; save {out} without --half")
+    earlier = check_output_files(out)  # before any write: a sidecar name may hold somebody else's file
+    legacy = sidecar(out, LEGACY_PATHS_SIDECAR)
+    stale = _is_legacy_listing_of(legacy, earlier)
     meta: dict[str, object] = {**metadata, "dims": int(array.shape[1]), "count": len(paths), "dtype": str(array.dtype)}
     if out.suffix.lower() == ".parquet":
-        import pyarrow as pa
+        pa = require("pyarrow", "--out F.parquet")
         import pyarrow.parquet as pq
 
         unencodable = next((p for p in paths if not _utf8_encodable(p)), None)
@@ -131,7 +221,7 @@ def save_embeddings(
         return [out]
     written = []
     listing = write_path_list(sidecar(out, PATHS_SIDECAR), paths)
-    table = sidecar(out, ".csv")
+    table = sidecar(out, CSV_SIDECAR)
 
     def write_csv(tmp: str) -> None:
         # surrogateescape: a name that is not UTF-8 is written as its own bytes, i.e. the real name.
@@ -141,7 +231,7 @@ def save_embeddings(
             writer.writerows(enumerate(paths))
 
     _atomic_write(table, write_csv)
-    info = sidecar(out, ".meta.json")
+    info = sidecar(out, META_SIDECAR)
     _atomic_write(info, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
 
     def write_npy(tmp: str) -> None:
@@ -149,7 +239,8 @@ def save_embeddings(
             np.save(fh, array)
 
     _atomic_write(out, write_npy)
-    sidecar(out, LEGACY_PATHS_SIDECAR).unlink(missing_ok=True)
+    if stale:  # the listing of the output replaced here (an older version's); a .paths.txt of anybody else's stays
+        legacy.unlink(missing_ok=True)
     written += [out, listing, table, info]
     return written
 
@@ -223,7 +314,7 @@ def parquet_metadata(raw: dict[bytes, bytes], path: str | os.PathLike[str]) -> d
 
 
 def _parquet_embeddings(path: Path) -> tuple[np.ndarray, list[str], dict[str, object]]:
-    import pyarrow as pa
+    pa = require("pyarrow", f"reading {path.name}")
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -23,6 +22,7 @@ import torch.nn as nn
 from cl_zoo.embedding.engine import (
     model_fingerprint,
 )
+from cl_zoo.embedding.parts import check_progress_folder, discard_progress
 from cl_zoo.embedding.preprocess import (
     Preprocess,
 )
@@ -43,9 +43,10 @@ class Chunk:
 
 
 def dist_info() -> tuple[int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    return rank, world
+    from cl_zoo.torchrun import torchrun_env  # the one reader of the torchrun variables, checked
+
+    env = torchrun_env()
+    return env.rank, env.world_size
 
 
 def barrier(world: int) -> None:
@@ -148,6 +149,7 @@ def open_progress(folder: Path, manifest: dict[str, Any], resume: bool, force: b
     ``force``: a forgotten ``--resume`` is an error, not a silent restart.
     """
     if rank == 0:
+        check_progress_folder(folder)  # a folder of somebody else's is neither used nor deleted
         kept = None if resume or force else saved_progress(folder)
         if kept is not None:
             raise DataError(
@@ -167,8 +169,7 @@ def open_progress(folder: Path, manifest: dict[str, Any], resume: bool, force: b
                     "run without --resume to start over"
                 )
         else:
-            if folder.exists():
-                shutil.rmtree(folder)
+            discard_progress(folder)
             folder.mkdir(parents=True)
             atomic_write_text(existing, json.dumps(manifest, indent=1), mkdir=False)
     barrier(world)

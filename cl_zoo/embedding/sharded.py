@@ -21,7 +21,6 @@ import hashlib
 import json
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.embedding.extract import Engine, prepare_engine, run_batches
+from cl_zoo.embedding.parts import discard_progress
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info, load_chunk, open_progress, save_chunk
 from cl_zoo.embedding.shards import (
     MANIFEST_NAME,
@@ -39,8 +39,8 @@ from cl_zoo.embedding.shards import (
     ShardRecord,
     default_shard_images,
     emb_name,
-    failures_name,
     meta_name,
+    named_like_ours,
     our_files,
     shard_meta_fingerprint,
     unfinished_manifest,
@@ -143,9 +143,10 @@ class ShardLayout:
 
 def finished_shard(folder: Path, s: int, fingerprint: str, digest: str) -> bool:
     """Whether shard ``s`` of this run is on disk whole; a shard of another run is an error, not a skip."""
-    import pyarrow.parquet as pq
-
     from cl_zoo.index.source import read_npy_header
+    from cl_zoo.optional import require
+
+    pq = require("pyarrow.parquet", "--out DIR/ (sharded embeddings)")
 
     meta, emb = folder / meta_name(s), folder / emb_name(s)
     if not meta.is_file() or not emb.is_file():
@@ -163,13 +164,35 @@ def finished_shard(folder: Path, s: int, fingerprint: str, digest: str) -> bool:
     return read_npy_header(emb).rows == rows
 
 
-def open_output_folder(folder: Path, *, resume: bool, force: bool, metadata: dict[str, Any], fingerprint: str, digest: str) -> None:
+def check_output_folder(folder: Path, inputs: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
+    """What a run into ``folder`` would continue (``--resume``) or delete (``--force``): cl-zoo's files
+    there, recognised by content; one :class:`DataError` line when anything it would write, use or
+    delete is not cl-zoo's (a foreign ``manifest.json``, a folder named ``emb_00000.npy``, a ``.parts``
+    link or a ``.parts`` folder of the user's) or is one of ``inputs``."""
+    from cl_zoo.embedding.parts import check_progress_folder
+    from cl_zoo.fileio import refuse_inputs_as_outputs
+
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise DataError(f"--out {folder} is a file, not a folder for shards")
+    parts = folder / PARTS_FOLDER
+    inside = list(parts.iterdir()) if parts.is_dir() and not parts.is_symlink() else []
+    refuse_inputs_as_outputs([folder / MANIFEST_NAME, *named_like_ours(folder), *inside], inputs)
+    existing = our_files(folder)
+    check_progress_folder(parts)
+    return existing
+
+
+def open_output_folder(folder: Path, *, resume: bool, force: bool, metadata: dict[str, Any], fingerprint: str, digest: str) -> bool:
     """Rank 0 makes ``folder`` ready: refuses to overwrite shards without ``resume``/``force``, deletes
-    ours (and only ours) with ``force``, and marks the folder unfinished until the run completes."""
+    ours (and only ours, recognised by content) with ``force``, refuses a folder holding files with
+    our names that are not ours, and marks the folder unfinished until the run completes. Returns
+    whether this call created the folder."""
     rank, world = dist_info()
+    created = False
     if rank == 0:
+        existing = check_output_folder(folder)
+        created = not folder.exists()
         folder.mkdir(parents=False, exist_ok=True)
-        existing = our_files(folder)
         if existing and not resume and not force:
             raise DataError(
                 f"{folder} already holds embedding shards ({existing[0].name}, ...); pass --resume to continue that run "
@@ -181,6 +204,29 @@ def open_output_folder(folder: Path, *, resume: bool, force: bool, metadata: dic
         # Until the run completes the folder says so: readers refuse it instead of using some shards.
         write_manifest(folder, unfinished_manifest(metadata, fingerprint, digest))
     barrier(world)
+    return created
+
+
+def abandon_empty_run(folder: Path, records: Sequence[ShardRecord], *, created: bool, unreadable: str, empty: str) -> DataError:
+    """The error for a run that embedded nothing, after removing what it left that holds nothing.
+
+    Its zero-row shards and its unfinished manifest go (a folder that says "run in progress" about
+    a run that ended is a trap for the next reader); failure reports stay, since the error points at
+    them; the folder goes too when this run created it and it is empty. The error is ``unreadable``
+    (plus where the reasons are) when inputs failed, else ``empty`` (the inputs held no images).
+    """
+    for record in records:
+        for name in (emb_name(record.index), meta_name(record.index)):
+            (folder / name).unlink(missing_ok=True)
+    (folder / MANIFEST_NAME).unlink(missing_ok=True)
+    if created:
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # failure reports (or the user's files) are there
+    if any(r.failures for r in records):
+        return DataError(f"{unreadable}; reasons in {folder}/failures_*.csv")
+    return DataError(f"{empty}; nothing was written to {folder}")
 
 
 def complete_manifest(metadata: dict[str, Any], engine: Engine, run: dict[str, Any], digest: str, records: Sequence[ShardRecord],
@@ -260,7 +306,7 @@ def embed_to_shards(
     digest = run_digest(run)
     parts = folder / PARTS_FOLDER
 
-    open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
+    created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
     open_progress(parts, run, resume, force, rank, world)
 
     finished = {s for s in range(layout.shards) if resume and finished_shard(folder, s, engine.fingerprint, digest)}
@@ -311,12 +357,12 @@ def embed_to_shards(
     records = [shard_record(folder, s, layout) for s in range(layout.shards)] if rank == 0 else []
     manifest = complete_manifest(metadata, engine, run, digest, records, shard_images=layout.shard_images)
     if rank == 0:
-        if layout.shards == 0:
-            raise DataError("no images to embed")
         if not any(r.rows for r in records):
-            raise DataError(f"none of the {len(paths)} images could be read; reasons in {folder / failures_name(0)}")
+            discard_progress(parts)
+            raise abandon_empty_run(folder, records, created=created, unreadable=f"none of the {len(paths)} images could be read",
+                                    empty="no images to embed")
         write_manifest(folder, manifest)
-        shutil.rmtree(parts, ignore_errors=True)
+        discard_progress(parts)
     barrier(world)
     return ShardRun(
         folder, records, time.perf_counter() - start, computed, resumed, len(finished), dims, engine.precision,
@@ -324,5 +370,5 @@ def embed_to_shards(
     )
 
 
-__all__ = ["MANIFEST_NAME", "PARTS_FOLDER", "ShardLayout", "ShardRun", "complete_manifest", "embed_to_shards", "finished_shard",
-           "open_output_folder", "probe_dims", "run_digest"]
+__all__ = ["MANIFEST_NAME", "PARTS_FOLDER", "ShardLayout", "ShardRun", "abandon_empty_run", "check_output_folder", "complete_manifest",
+           "embed_to_shards", "finished_shard", "open_output_folder", "probe_dims", "run_digest"]

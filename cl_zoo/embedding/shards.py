@@ -47,6 +47,7 @@ MANIFEST_NAME = "manifest.json"
 DEFAULT_SHARD_ROWS = 1_000_000
 DEFAULT_SHARD_BYTES = 1 << 30
 _MAX_MANIFEST_BYTES = 64 << 20
+_FAILURES_HEAD = b"path,reason"
 _OUR_FILE = re.compile(r"^(emb_\d{5,}\.npy|meta_\d{5,}\.parquet|failures_\d{5,}\.csv|manifest\.json)$")
 
 
@@ -78,11 +79,71 @@ def default_shard_images(dims: int, itemsize: int, chunk_size: int) -> int:
     return max(chunk_size, rows // chunk_size * chunk_size)
 
 
-def our_files(folder: Path) -> list[Path]:
-    """The files a sharded run writes into ``folder`` (what ``--force`` may delete; nothing else)."""
+def named_like_ours(folder: Path) -> list[Path]:
+    """The entries of ``folder`` named as a sharded run names its files (whatever they hold)."""
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if _OUR_FILE.match(p.name))
+
+
+def _is_our_manifest(path: Path) -> bool:
+    from cl_zoo.errors import ClZooError
+
+    try:
+        manifest = read_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
+    except ClZooError:
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == SHARD_FORMAT
+
+
+def _not_ours(path: Path) -> str | None:
+    """Why ``path`` (named like a shard file) is not one a sharded run wrote; None when it is."""
+    from cl_zoo.fileio import read_head
+    from cl_zoo.index.source import read_npy_header
+
+    if path.is_symlink():
+        return "a symbolic link"
+    if path.is_dir():
+        return "a folder"
+    if not path.is_file():
+        return "not a regular file"
+    if path.name == MANIFEST_NAME:
+        return None if _is_our_manifest(path) else f"not a {SHARD_FORMAT} manifest"
+    if path.name.startswith("emb_"):
+        try:
+            read_npy_header(path)
+        except DataError:
+            return "not a 2-D float .npy"
+    elif path.name.startswith("meta_"):
+        try:
+            if not shard_meta_fingerprint(path)[1]:
+                return "a table without cl-zoo's model fingerprint"
+        except DataError:
+            return "not a shard table with cl-zoo's columns"
+    elif read_head(path, len(_FAILURES_HEAD) + 2) not in (_FAILURES_HEAD + b"\r\n", _FAILURES_HEAD + b"\n"):
+        return "no path,reason header"
+    return None
+
+
+def our_files(folder: Path) -> list[Path]:
+    """The files a sharded run wrote into ``folder``: what ``--resume`` continues and ``--force`` deletes.
+
+    Recognised by content, not only by name: the manifest must be cl-zoo's, a ``meta`` table must
+    carry cl-zoo's footer, and ``emb``/``failures`` files (valid in another tool's shard folder too)
+    count as cl-zoo's only in a folder one of those marks as a cl-zoo run's. A file with a shard's
+    name that is not cl-zoo's, or a folder or link with one, is one :class:`DataError` line naming
+    it: it is neither replaced nor deleted.
+    """
+    named = named_like_ours(folder)
+    reasons = {path: _not_ours(path) for path in named}
+    marked = any(why is None and (path.name == MANIFEST_NAME or path.name.startswith("meta_")) for path, why in reasons.items())
+    for path, why in reasons.items():
+        if why is None and not marked:
+            why = f"no cl-zoo {MANIFEST_NAME} or shard table beside it"
+        if why is not None:
+            raise DataError(f"{path} was not written by a cl-zoo embed run ({why}); cl-zoo will neither replace nor delete it: "
+                            "move it away or choose another --out")
+    return named
 
 
 @dataclass(frozen=True)
@@ -163,7 +224,9 @@ def write_failure_rows(path: Path, failures: Sequence[tuple[str, str]]) -> None:
 
 def _write_meta(path: Path, chunks: Callable[[], Iterable[Chunk]], ref_of: Callable[[int], str], fingerprint: str, index: int, first_id: int,
                 run_digest: str, failures: int) -> None:
-    import pyarrow as pa
+    from cl_zoo.optional import require
+
+    pa = require("pyarrow", "--out DIR/ (sharded embeddings)")
     import pyarrow.parquet as pq
 
     schema = pa.schema([("path", pa.string()), ("id", pa.int64())],
@@ -191,7 +254,9 @@ def _utf8(text: str) -> bool:
 
 def shard_meta_fingerprint(path: Path) -> tuple[int, str, int]:
     """(rows, model fingerprint, shard number) from a ``meta`` table's footer, without reading its rows."""
-    import pyarrow.parquet as pq
+    from cl_zoo.optional import require
+
+    pq = require("pyarrow.parquet", "--out DIR/ (sharded embeddings)")
 
     try:
         info = pq.ParquetFile(path)
@@ -252,7 +317,9 @@ class ShardSet:
 
     def paths(self) -> list[str]:
         """Every row's path, in row order (the ``path`` columns only: no features are read)."""
-        import pyarrow.parquet as pq
+        from cl_zoo.optional import require
+
+        pq = require("pyarrow.parquet", "--out DIR/ (sharded embeddings)")
 
         out: list[str] = []
         for r in self.records:
@@ -367,6 +434,7 @@ __all__ = [
     "is_shard_folder",
     "is_shard_output",
     "meta_name",
+    "named_like_ours",
     "open_shards",
     "our_files",
     "read_manifest",

@@ -26,7 +26,7 @@ from cl_zoo.embedding.checks import check_finite
 from cl_zoo.embedding.extract import BatchForward, Engine, FeatureResult, prepare_engine
 from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY, TarBatches, parse_image_key
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info
-from cl_zoo.embedding.sharded import ShardRun, complete_manifest, finished_shard, open_output_folder, probe_dims, run_digest
+from cl_zoo.embedding.sharded import ShardRun, abandon_empty_run, complete_manifest, finished_shard, open_output_folder, probe_dims, run_digest
 from cl_zoo.embedding.shards import (
     ShardRecord,
     emb_name,
@@ -190,7 +190,7 @@ def embed_tars_to_shards(
     run = engine.progress_manifest(model, tars, batch_size, 0)
     run.update(image_key=image_key, dtype="float16" if half else "float32", dims=dims, input="webdataset")
     digest = run_digest(run)
-    open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
+    created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
 
     skipped = {t for t in range(len(tars)) if resume and finished_shard(folder, t, engine.fingerprint, digest)}
     mine = [(t, tars[t]) for t in range(len(tars)) if t % world == rank and t not in skipped]
@@ -203,20 +203,26 @@ def embed_tars_to_shards(
     barrier(world)
     records: list[ShardRecord] = []
     if rank == 0:
-        import pyarrow.parquet as pq
-
         from cl_zoo.index.fingerprint import file_digest
         from cl_zoo.index.source import read_npy_header
+        from cl_zoo.optional import require
+
+        pq = require("pyarrow.parquet", "reading WebDataset tar shards", extra="remote")
 
         for t, tar in enumerate(tars):
             rows = read_npy_header(folder / emb_name(t)).rows
             # write_shard recorded the tar's failures in its meta footer (a failure CSV's lines are not rows:
             # a quoted key may hold a line break)
             footer = pq.ParquetFile(folder / meta_name(t)).schema_arrow.metadata or {}
-            failures = int(footer.get(b"cl_zoo.failures", b"0").decode() or 0)
+            text = footer.get(b"cl_zoo.failures", b"0").decode("utf-8", "replace") or "0"
+            if not (text.isascii() and text.isdigit() and len(text) <= 18):  # a resumed shard's footer is a file like any other
+                raise DataError(f"{folder / meta_name(t)} records {text[:40]!r} failures, not a count; it was changed or "
+                                "damaged: embed again with --force")
+            failures = int(text)
             records.append(ShardRecord(t, rows, rows + failures, failures, 0, file_digest(folder / emb_name(t)), tar))
         if not any(r.rows for r in records):
-            raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read; reasons in {folder}/failures_*.csv")
+            raise abandon_empty_run(folder, records, created=created, empty=f"the {len(tars)} WebDataset shard(s) hold no samples",
+                                    unreadable=f"none of the samples in the {len(tars)} WebDataset shard(s) could be read")
     manifest = complete_manifest(metadata, engine, run, digest, records, input="webdataset", image_key=image_key)
     if rank == 0:
         write_manifest(folder, manifest)

@@ -12,6 +12,7 @@ import sys
 from cl_zoo.errors import ClZooError
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_MAX_BYTES = 1 << 60  # an exbibyte: beyond it a budget is a typo (and int(inf) an OverflowError)
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(?:I?B)?\s*$", re.IGNORECASE)
 
 
@@ -20,9 +21,12 @@ def parse_memory(text: str) -> int:
     match = _PATTERN.match(str(text))
     if not match:
         raise ClZooError(f"cannot read memory size {text!r}; write e.g. 4G, 512M or a number of bytes")
-    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    value = float(match.group(1)) * _UNITS[match.group(2).upper()]  # inf, not an error, for 400 digits
     if value < 1:
         raise ClZooError(f"memory size {text!r} is zero")
+    if not value <= _MAX_BYTES:
+        raise ClZooError(f"memory size {str(text)[:40]!r}{'...' if len(str(text)) > 40 else ''} is more than any machine has "
+                         f"(at most {_MAX_BYTES >> 60} EiB)")
     return int(value)
 
 

@@ -8,7 +8,6 @@ environment, and only the main rank writes files.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
@@ -53,9 +52,10 @@ def resolve_device(device: str | torch.device | None, local_rank: int = 0) -> to
 
 def init_distributed(device: str | torch.device | None = None) -> DistEnv:
     """Join the ``torchrun`` process group if launched by it; otherwise a single-process env."""
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    from cl_zoo.torchrun import torchrun_env  # checked: an inconsistent set is one error line
+
+    launched = torchrun_env()
+    world_size, rank, local_rank = launched.world_size, launched.rank, launched.local_rank
     dev = resolve_device(device, local_rank)
     if world_size <= 1:
         return DistEnv(device=dev)
