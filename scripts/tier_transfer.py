@@ -75,7 +75,7 @@ def detection_command(folder: Path, bccd: Path, run: Path, seed: int, random_ini
         "--min-size-train", ",".join(map(str, s["min_sizes_train"])), "--min-size-test", str(s["min_size_test"]),
         "--max-size", str(s["max_size"]), "--rois-per-image", str(s["rois_per_image"]),
         "--proposals-test", str(s["proposals_test"]), "--seed", str(seed),
-        "--device", "cpu", "--no-progress", "--output", str(run),
+        "--device", "cpu", "--no-progress", "--out", str(run),
     ]
     if engine == "torchvision":
         command += ["--precision", s["precision"]]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -201,3 +202,96 @@ def test_box_deltas_stay_float32_under_bf16_autocast(head):
     assert all(t.dtype == torch.float32 for t in [*objectness, *deltas, scores, boxes])
     assert detections[0]["boxes"].dtype == torch.float32
     assert model.rpn.head.conv[0][0].weight.dtype == torch.float32 and "rpn.head.conv.0.0.weight" in model.state_dict()
+
+
+# ------------------------------------------------------------------------------------------------
+# Run sizes, default head, --out (issue 42)
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def planned(monkeypatch):
+    """``cl-zoo detect`` up to the call that trains: the resolved DetectionConfig and output folder."""
+    import cl_zoo.detection.train as train_module
+    from cl_zoo.detection.train import DetectionRun
+
+    seen: dict = {}
+
+    def fake_train(backbone, train, val, cfg, output_dir, **kwargs):
+        seen.update(cfg=cfg, out=output_dir, backbone=backbone)
+        return DetectionRun(backbone, {}, None)
+
+    monkeypatch.setattr(train_module, "train_detector", fake_train)
+    return seen
+
+
+def _detect(bccd_voc_dir, tmp_path, *args: str) -> list[str]:
+    return ["detect", "--model", "resnet18", "--random-init", "--data", str(bccd_voc_dir / "bccd-voc"),
+            "--out", str(tmp_path / "run"), *args]
+
+
+def test_cpu_without_a_schedule_runs_cpu_quick_and_says_so(bccd_voc_dir, tmp_path, capsys, planned):
+    from cl_zoo.detection.presets import RUN_PRESETS
+
+    quick = RUN_PRESETS["cpu-quick"]
+    assert main(_detect(bccd_voc_dir, tmp_path, "--device", "cpu", "--batch-size", "2")) == 0
+    cfg = planned["cfg"]
+    # the preset's values, except the option given on the command line
+    assert (cfg.max_iter, cfg.steps, cfg.min_sizes_train, cfg.max_size, cfg.rois_per_image, cfg.checkpoint_period) == (
+        quick.max_iter, quick.steps, quick.min_sizes_train, quick.max_size, quick.rois_per_image, quick.checkpoint_period)
+    assert cfg.batch_size == 2 and cfg.lr == quick.lr and cfg.head == "fpn"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("note: on a CPU without --preset") and "--max-iter 150" in err[0]
+
+
+def test_an_explicit_schedule_on_a_cpu_is_kept(bccd_voc_dir, tmp_path, capsys, planned):
+    assert main(_detect(bccd_voc_dir, tmp_path, "--device", "cpu", "--config", "voc-c4")) == 0
+    cfg = planned["cfg"]
+    assert (cfg.max_iter, cfg.batch_size, cfg.rois_per_image, cfg.head) == (24000, 16, 512, "c4")
+    assert "cpu-quick" not in capsys.readouterr().err
+    assert main(_detect(bccd_voc_dir, tmp_path, "--device", "cpu", "--max-iter", "7")) == 0
+    cfg = planned["cfg"]
+    assert (cfg.max_iter, cfg.batch_size, cfg.max_size) == (7, 16, 1333) and cfg.head is None  # by depth, below
+    assert "cpu-quick" not in capsys.readouterr().err
+
+
+def test_out_is_the_option_and_output_its_hidden_alias(bccd_voc_dir, tmp_path, capsys, planned):
+    args = ["detect", "--model", "resnet18", "--random-init", "--data", str(bccd_voc_dir / "bccd-voc"), "--max-iter", "1"]
+    assert main([*args, "--output", str(tmp_path / "old")]) == 0 and planned["out"] == str(tmp_path / "old")
+    assert main([*args, "--out", str(tmp_path / "a"), "--output", str(tmp_path / "b")]) == 2
+    assert "--output is the old name of --out" in capsys.readouterr().err
+    assert main(args) == 2 and "Missing option '--out'" in capsys.readouterr().err
+    from click.testing import CliRunner
+
+    from cl_zoo.cli import cli
+
+    help_text = CliRunner().invoke(cli, ["detect", "--help"]).output
+    assert "--out " in help_text and "--output" not in help_text and "--preset" in help_text
+
+
+def test_default_head_is_fpn_for_basic_block_resnets_as_in_detectron2(bccd_voc_dir):
+    from cl_zoo.detection.detectron2_run import default_preset
+    from cl_zoo.detection.models import default_head
+    from cl_zoo.detection.presets import get_preset
+
+    for arch, depth in (("resnet18", 18), ("resnet50", 50)):
+        voc = (str(bccd_voc_dir / "bccd-voc"),)
+        assert default_head(create_model(arch)) == get_preset(default_preset(voc, depth)).head
+    train, _ = open_datasets([str(bccd_voc_dir / "bccd-voc")], "train", None, None)
+    run = train_detector(create_model("resnet18"), train, None, DetectionConfig(max_iter=0, workers=0), None,
+                         device="cpu", progress=False)
+    assert run.model.head_kind == "fpn" and not hasattr(run.model.roi_heads.box_head, "res5")
+
+
+def test_detectron2_engine_takes_the_cpu_preset_but_keeps_its_config(capsys, tmp_path):
+    from cl_zoo.registry import DEFAULT_MODEL  # a ResNet-18: the launcher picks its FPN config
+
+    assert main(["detect", "--engine", "detectron2", "--model", DEFAULT_MODEL, "--config", "coco-fpn-1x",
+                 "--preset", "cpu-quick", "--rois-per-image", "64", "--out", str(tmp_path / "run"), "--dry-run"]) == 0
+    captured = capsys.readouterr()
+    words = shlex.split(captured.out)
+    value = {key: words[words.index(key) + 1] for key in ("SOLVER.MAX_ITER", "SOLVER.IMS_PER_BATCH",
+                                                          "SOLVER.STEPS", "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE")}
+    assert value == {"SOLVER.MAX_ITER": "150", "SOLVER.IMS_PER_BATCH": "4", "SOLVER.STEPS": "(100,130)",
+                     "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE": "64"}
+    assert "coco_R_50_FPN_1x.yaml" in captured.out and captured.err.startswith("preset cpu-quick:")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +27,7 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
 
 
 def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: bool, prefix: str | None,
-                random_init: bool = False) -> None:
+                random_init: bool = False, note: str | None = None) -> None:
     import time
 
     from cl_zoo.convert.export import export_detectron2, resnet_weights
@@ -36,6 +38,8 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
     identity, source = _backbone_identity(model, prefix, random_init, options.seed)
     weights = resnet_weights(source, prefix)
     run = plan_detectron2_run(options, output, depth=weights.depth)
+    if note:
+        click.echo(note, err=True)
     if dry_run:
         click.echo(shlex.join(run.command()))
         return
@@ -83,7 +87,8 @@ def _backbone_identity(model: str, prefix: str | None, random_init: bool = False
 
 
 @click.command("detect")
-@click.option("--engine", type=click.Choice(["torchvision", "detectron2"]), default="torchvision", show_default=True)
+@click.option("--engine", type=click.Choice(["torchvision", "detectron2"]), default="torchvision", show_default=True,
+              help="torchvision runs here, without extra installs; detectron2 launches its train_net.py.")
 @click.option("--config", "preset", default=None,
               help="Protocol preset: voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x (detectron2 default: voc-c4 "
                    "for a VOC --data folder, coco-c4-1x for a COCO one).")
@@ -96,28 +101,37 @@ def _backbone_identity(model: str, prefix: str | None, random_init: bool = False
 @click.option("--val-data", default=None, help="Validation root (default: the first --data).")
 @click.option("--train-split", default=None, help="VOC ImageSets name or COCO split (default from --config).")
 @click.option("--val-split", default=None, help="Validation split; 'none' skips evaluation.")
-@click.option("--head", type=click.Choice(["c4", "fpn"]), default=None)
+@click.option("--preset", "run_preset", type=click.Choice(["cpu-quick"]), default=None,
+              help="Run size: cpu-quick is R18-FPN-sized for a 2-core CPU (150 iterations of 4 images at 256 px, a few "
+                   "minutes on BCCD); it prints the options it sets, and each option given wins. On a CPU without "
+                   "--preset, --config or --max-iter, cpu-quick is used (said in one line).")
+@click.option("--head", type=click.Choice(["c4", "fpn"]), default=None,
+              help="Default: FPN for a ResNet-18/34 (as the detectron2 launcher), C4 for deeper ones or --config's.")
 @click.option("--norm", type=click.Choice(["bn", "frozen"]), default="bn", show_default=True,
               help="Backbone BatchNorm trainable (protocol) or frozen.")
-@click.option("--freeze-at", type=int, default=0, show_default=True)
-@click.option("--max-iter", type=int, default=None)
+@click.option("--freeze-at", type=int, default=0, show_default=True,
+              help="Freeze the stem (1) and stages up to res N (2-5), as detectron2's BACKBONE.FREEZE_AT.")
+@click.option("--max-iter", type=int, default=None, help="Training iterations (default: --config's, 24000 for VOC).")
 @click.option("--steps", default=None, help="LR decay iterations, e.g. 18000,22000.")
-@click.option("--warmup-iters", type=int, default=None)
-@click.option("--batch-size", type=int, default=16, show_default=True)
+@click.option("--warmup-iters", type=int, default=None, help="Linear LR warm-up iterations (default 100).")
+@click.option("--batch-size", type=int, default=None, help="Images per iteration (default 16, cpu-quick 4).")
 @click.option("--lr", type=float, default=None, help="Default 0.02 x batch/16.")
 @click.option("--min-size-train", default=None, help="Comma-separated shorter sides for multi-scale training.")
-@click.option("--min-size-test", type=int, default=None)
-@click.option("--max-size", type=int, default=1333, show_default=True)
-@click.option("--rois-per-image", type=int, default=512, show_default=True)
-@click.option("--proposals-test", type=int, default=1000, show_default=True)
+@click.option("--min-size-test", type=int, default=None, help="Shorter image side for evaluation (default 800).")
+@click.option("--max-size", type=int, default=None, help="Longest image side (default 1333, cpu-quick 352).")
+@click.option("--rois-per-image", type=int, default=None, help="Sampled RoIs per training image (default 512, cpu-quick 128).")
+@click.option("--proposals-test", type=int, default=None, help="RoIs per test image (default 1000).")
 @click.option("--val-limit", type=int, default=None,
               help="Evaluate only the first N validation images (torchvision engine).")
-@click.option("--checkpoint-period", type=int, default=2000, show_default=True)
+@click.option("--checkpoint-period", type=int, default=None,
+              help="Iterations between last.pt checkpoints (default 2000, cpu-quick 50; Ctrl-C also writes one).")
 @click.option("--workers", type=click.IntRange(min=0), default=None, help="DataLoader workers (default: the usable CPUs, at most 8).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the data order, augmentation and head initialisation.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available).")
-@click.option("--output", "output", required=True, type=click.Path(file_okay=False), help="Run folder.")
-@click.option("--resume", is_flag=True, help="Continue from OUTPUT/last.pt (detectron2: OUTPUT/last_checkpoint).")
+@click.option("--out", "output", default=None, type=click.Path(file_okay=False),
+              help="Run folder (required): last.pt, config.json, report.json.")
+@click.option("--output", "output_alias", default=None, type=click.Path(file_okay=False), hidden=True)  # deprecated: --out
+@click.option("--resume", is_flag=True, help="Continue from OUT/last.pt (detectron2: OUT/last_checkpoint).")
 @click.option("--num-gpus", type=int, default=None,
               help="detectron2 engine only: processes, one per GPU (default: every visible GPU; 1 on cpu).")
 @click.option("--dry-run", is_flag=True, help="detectron2 engine: print the full train_net.py command only.")
@@ -126,22 +140,79 @@ def _backbone_identity(model: str, prefix: str | None, random_init: bool = False
               help="torchvision engine: auto is bf16 autocast on CUDA and on CPUs with AMX, else fp32.")
 @click.argument("extra", nargs=-1)
 def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str | None, random_init: bool, data: tuple[str, ...],
-                   val_data: str | None, train_split: str | None, val_split: str | None, head: str | None, norm: str,
-                   freeze_at: int, max_iter: int | None, steps: str | None, warmup_iters: int | None,
-                   batch_size: int, lr: float | None, min_size_train: str | None, min_size_test: int | None,
-                   max_size: int, rois_per_image: int, proposals_test: int, val_limit: int | None,
-                   checkpoint_period: int, workers: int, seed: int, device: str | None, output: str, resume: bool,
-                   num_gpus: int | None, dry_run: bool, no_progress: bool, precision: str, extra: tuple[str, ...]) -> None:
+                   val_data: str | None, train_split: str | None, val_split: str | None, run_preset: str | None,
+                   head: str | None, norm: str, freeze_at: int, max_iter: int | None, steps: str | None,
+                   warmup_iters: int | None, batch_size: int | None, lr: float | None, min_size_train: str | None,
+                   min_size_test: int | None, max_size: int | None, rois_per_image: int | None,
+                   proposals_test: int | None, val_limit: int | None, checkpoint_period: int | None, workers: int,
+                   seed: int, device: str | None, output: str | None, output_alias: str | None, resume: bool,
+                   num_gpus: int | None, dry_run: bool, no_progress: bool, precision: str, extra: tuple[str, ...]) -> int:
     """Fine-tune Faster R-CNN on a backbone and report COCO AP and VOC07 AP50.
 
     With --engine detectron2 every option becomes a detectron2 config override (or is refused), and
     --data/--val-data folders (VOC or COCO layout) are registered inside train_net.py. EXTRA (after
     --) are further detectron2 overrides for keys no option sets, e.g. -- TEST.PRECISE_BN.NUM_ITER 50.
     """
-    from cl_zoo.detection.presets import get_preset
+    from cl_zoo.detection.presets import PROTOCOL_DEFAULTS, get_run_preset
 
+    output = _out_folder(output, output_alias)
     if random_init and (prefix is not None or Path(model_spec).is_file()):
         raise ClZooError("--random-init takes a zoo name or a checkpoint folder, not a raw checkpoint file")
+    # Options that set the run's size: given, else the --preset's, else the protocol's (PROTOCOL_DEFAULTS;
+    # the config's own values for those a config sets: iterations, steps, warm-up, image sizes).
+    given: dict[str, Any] = {
+        "head": head, "batch_size": batch_size, "lr": lr, "max_iter": max_iter, "steps": _ints(steps),
+        "warmup_iters": warmup_iters, "min_sizes_train": _ints(min_size_train), "min_size_test": min_size_test,
+        "max_size": max_size, "rois_per_image": rois_per_image, "proposals_test": proposals_test,
+        "checkpoint_period": checkpoint_period,
+    }
+    note = None
+    if run_preset is None and preset is None and max_iter is None and _resolved_device(device) == "cpu":
+        run_preset = "cpu-quick"
+        note = ("note: on a CPU without --preset, --config or --max-iter: using --preset cpu-quick, not the "
+                "24,000-iteration GPU protocol (--config voc-c4 runs that)")
+    chosen = get_run_preset(run_preset) if run_preset is not None else None
+    if chosen is not None:
+        for key, value in chosen.values().items():
+            if key == "head":  # below --head and --config's head; detectron2 takes its head from --config
+                given["preset_head"] = value
+            elif given[key] is None:
+                given[key] = value
+        note = (note + "; " if note else "") + f"preset {chosen.name}: {chosen.as_options()} (each option given wins)"
+    for key, value in PROTOCOL_DEFAULTS.items():
+        if given[key] is None:
+            given[key] = value
+    return _run(engine, preset, model_spec, prefix, random_init, data, val_data, train_split, val_split, given,
+                norm, freeze_at, val_limit, workers, seed, device, output, resume, num_gpus, dry_run, no_progress,
+                precision, extra, note)
+
+
+def _out_folder(out: str | None, deprecated: str | None) -> str:
+    """``--out``, or the deprecated ``--output`` it replaced (issue 42: one CLI vocabulary)."""
+    if out is not None and deprecated is not None and out != deprecated:
+        raise ClZooError(f"--out {out} and --output {deprecated} name two folders; --output is the old name of --out")
+    folder = out if out is not None else deprecated
+    if folder is None:
+        raise click.UsageError("Missing option '--out' (the run folder).")
+    return folder
+
+
+def _resolved_device(device: str | None) -> str:
+    """Where the run will train, as both engines decide it when --device is not given."""
+    if device is not None:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, random_init: bool,
+         data: tuple[str, ...], val_data: str | None, train_split: str | None, val_split: str | None,
+         given: dict[str, Any], norm: str, freeze_at: int, val_limit: int | None, workers: int | None, seed: int,
+         device: str | None, output: str, resume: bool, num_gpus: int | None, dry_run: bool, no_progress: bool,
+         precision: str, extra: tuple[str, ...], note: str | None) -> int:
+    from cl_zoo.detection.presets import get_preset
+
     if engine == "detectron2":
         from cl_zoo.data.workers import default_workers
         from cl_zoo.detection.detectron2_run import Detectron2Options
@@ -149,40 +220,43 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
         if workers is None:
             workers = default_workers()
         options = Detectron2Options(
-            preset=preset, data=data, val_data=val_data, train_split=train_split, val_split=val_split, head=head,
-            norm=norm, freeze_at=freeze_at, max_iter=max_iter, steps=_ints(steps), warmup_iters=warmup_iters,
-            batch_size=batch_size, lr=lr, min_sizes_train=_ints(min_size_train), min_size_test=min_size_test,
-            max_size=max_size, rois_per_image=rois_per_image, proposals_test=proposals_test, val_limit=val_limit,
-            checkpoint_period=checkpoint_period, workers=workers, seed=seed, device=device, num_gpus=num_gpus,
-            resume=resume, extra=extra,
+            preset=preset, data=data, val_data=val_data, train_split=train_split, val_split=val_split,
+            head=given["head"], norm=norm, freeze_at=freeze_at, max_iter=given["max_iter"], steps=given["steps"],
+            warmup_iters=given["warmup_iters"], batch_size=given["batch_size"], lr=given["lr"],
+            min_sizes_train=given["min_sizes_train"], min_size_test=given["min_size_test"],
+            max_size=given["max_size"], rois_per_image=given["rois_per_image"],
+            proposals_test=given["proposals_test"], val_limit=val_limit,
+            checkpoint_period=given["checkpoint_period"], workers=workers, seed=seed, device=device,
+            num_gpus=num_gpus, resume=resume, extra=extra,
         )
-        _detectron2(options, model_spec, output, dry_run, prefix, random_init)
-        return
-    for given, flag in ((num_gpus is not None, "--num-gpus"), (dry_run, "--dry-run"), (bool(extra), "EXTRA after --")):
-        if given:
+        _detectron2(options, model_spec, output, dry_run, prefix, random_init, note)
+        return 0
+    for flag_given, flag in ((num_gpus is not None, "--num-gpus"), (dry_run, "--dry-run"), (bool(extra), "EXTRA after --")):
+        if flag_given:
             raise ClZooError(f"{flag} applies to --engine detectron2 only")
     p = get_preset(preset) if preset is not None else None
     from cl_zoo.convert.export import check_standard_layout, resnet_weights
-    from cl_zoo.detection.train import DetectionConfig, open_datasets, train_detector
+    from cl_zoo.detection.train import DetectionConfig, DetectionInterrupted, open_datasets, train_detector
 
     if not data:
         raise ClZooError("--engine torchvision needs --data (a VOC or COCO folder)")
     defaults = DetectionConfig()
     cfg = DetectionConfig(
-        head=head or (p.head if p else defaults.head),
+        # None: by the backbone's depth (FPN for ResNet-18/34, as the detectron2 launcher picks)
+        head=given["head"] or (p.head if p else None) or given.get("preset_head"),
         norm=norm,
         freeze_at=freeze_at,
-        batch_size=batch_size,
-        lr=lr,
-        max_iter=max_iter if max_iter is not None else (p.max_iter if p else defaults.max_iter),
-        steps=_ints(steps) or (p.steps if p else defaults.steps),
-        warmup_iters=warmup_iters if warmup_iters is not None else (p.warmup_iters if p else defaults.warmup_iters),
-        min_sizes_train=_ints(min_size_train) or (p.min_sizes_train if p else defaults.min_sizes_train),
-        min_size_test=min_size_test or (p.min_size_test if p else defaults.min_size_test),
-        max_size=max_size,
-        rois_per_image=rois_per_image,
-        proposals_test=proposals_test,
-        checkpoint_period=checkpoint_period,
+        batch_size=given["batch_size"],
+        lr=given["lr"],
+        max_iter=given["max_iter"] if given["max_iter"] is not None else (p.max_iter if p else defaults.max_iter),
+        steps=given["steps"] if given["steps"] is not None else (p.steps if p else defaults.steps),
+        warmup_iters=given["warmup_iters"] if given["warmup_iters"] is not None else (p.warmup_iters if p else defaults.warmup_iters),
+        min_sizes_train=given["min_sizes_train"] or (p.min_sizes_train if p else defaults.min_sizes_train),
+        min_size_test=given["min_size_test"] or (p.min_size_test if p else defaults.min_size_test),
+        max_size=given["max_size"],
+        rois_per_image=given["rois_per_image"],
+        proposals_test=given["proposals_test"],
+        checkpoint_period=given["checkpoint_period"],
         workers=workers if workers is not None else defaults.workers,
         seed=seed,
         val_limit=val_limit,
@@ -216,9 +290,23 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     else:
         backbone = load_model_or_baseline(model_spec, random_init, seed)
     identity = model_identity(backbone)
-    run = train_detector(backbone, train, val, cfg, output, device=device, resume=resume,
-                         progress=not no_progress, model_name=model_spec, backbone_identity=identity)
+    if note:
+        click.echo(note, err=True)
+    try:
+        run = train_detector(backbone, train, val, cfg, output, device=device, resume=resume,
+                             progress=not no_progress, model_name=model_spec, backbone_identity=identity)
+    except DetectionInterrupted as exc:
+        message = " ".join(str(exc).split())
+        click.echo(("\n" if exc.abandoned else "") + f"interrupted: {message}", err=True)  # after the bar's line
+        if exc.abandoned:
+            # The training thread is inside an op that cannot be interrupted; waiting for it (as the
+            # interpreter's exit would, for its locks and DataLoader) is what Ctrl-C must not do.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(exc.exit_code)
+        return exc.exit_code
     if run.metrics:
         keys = ["AP", "AP50", "AP75", "APs", "APm", "APl", "voc_AP50", "voc_AP", "voc_AP75"]
         click.echo("  ".join(f"{k} {run.metrics[k]:.2f}" for k in keys if k in run.metrics))
     click.echo(f"report: {run.report_path}")
+    return 0

@@ -8,7 +8,7 @@ inside ``train_net.py`` under names of their own (``--voc``/``--coco``), with
 ``MODEL.ROI_HEADS.NUM_CLASSES`` set to their class count, and evaluated by the matching evaluator.
 
 Every path in the command is absolute and the process runs in the caller's directory, so a relative
-``--output`` lands where the user ran, and detectron2's builtin datasets are looked up under
+``--out`` lands where the user ran, and detectron2's builtin datasets are looked up under
 ``$DETECTRON2_DATASETS`` (default ``./datasets`` there), not inside the installed package.
 
 After a run, :func:`write_detectron2_report` turns ``train_net.py``'s ``eval_results.json`` into a
@@ -234,7 +234,7 @@ def plan_detectron2_run(o: Detectron2Options, output: str | os.PathLike[str], de
     # (option that sets it, KEY, VALUE); the option name is how a clashing EXTRA is explained.
     mapped: list[tuple[str, str, str]] = [
         ("--model", "MODEL.WEIGHTS", str(out / WEIGHTS_FILE)),
-        ("--output", "OUTPUT_DIR", str(out)),
+        ("--out", "OUTPUT_DIR", str(out)),
         ("--device", "MODEL.DEVICE", device),
         ("--seed", "SEED", str(o.seed)),
         ("--batch-size", "SOLVER.IMS_PER_BATCH", str(o.batch_size)),

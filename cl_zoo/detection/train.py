@@ -10,6 +10,15 @@ training, as detectron2's ``FILTER_EMPTY_ANNOTATIONS`` does.
 ``output_dir`` receives ``last.pt`` (model, optimizer, iteration; written atomically every
 ``checkpoint_period`` iterations and at the end), ``config.json`` and ``report.json``; rerunning
 with ``resume=True`` continues from ``last.pt``.
+
+Ctrl-C (SIGINT): the iterations run in a worker thread while the main thread waits, so the signal is
+seen at once however long an iteration's C++ work takes (Python runs signal handlers only in the
+main thread, between bytecodes: a C4 iteration at batch 16 spent minutes inside ``loss.backward()``
+and Ctrl-C waited for it, issue 42). The worker stops at its next check (before the backward, before
+the optimizer step, between iterations) and writes ``last.pt`` with the state before the unfinished
+iteration; if that takes longer than ``INTERRUPT_GRACE_S`` (or Ctrl-C comes twice),
+the run is abandoned and the last periodic checkpoint is what stays. DataLoader workers ignore SIGINT,
+so a terminal's Ctrl-C, which reaches the whole process group, cannot kill them under the loop.
 """
 
 from __future__ import annotations
@@ -18,10 +27,12 @@ import dataclasses
 import math
 import os
 import random
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 import torch
@@ -30,7 +41,7 @@ import torch.nn as nn
 from cl_zoo.data.workers import default_workers
 from cl_zoo.detection.datasets import DetectionData, DetectionDataset, collate, load_detection_data
 from cl_zoo.detection.evaluate import evaluate_detections
-from cl_zoo.detection.models import build_faster_rcnn
+from cl_zoo.detection.models import build_faster_rcnn, default_head
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
 from cl_zoo.fileio import atomic_save_torch, atomic_write_json
 
@@ -39,7 +50,7 @@ from cl_zoo.fileio import atomic_save_torch, atomic_write_json
 class DetectionConfig:
     """Everything a run depends on (saved to config.json, checked on resume)."""
 
-    head: str = "c4"
+    head: str | None = None  # None: by the backbone (models.default_head: FPN for ResNet-18/34, C4 deeper)
     norm: str = "bn"
     freeze_at: int = 0
     fpn_norm: bool = True
@@ -47,7 +58,7 @@ class DetectionConfig:
     lr: float | None = None  # None: 0.02 * batch_size / 16 (the linear scaling rule)
     momentum: float = 0.9
     weight_decay: float = 1e-4
-    max_iter: int = 24000
+    max_iter: int = 24000  # the VOC protocol's, sized for GPUs: presets.RUN_PRESETS["cpu-quick"] on a CPU
     steps: tuple[int, ...] = (18000, 22000)
     gamma: float = 0.1
     warmup_iters: int = 100
@@ -82,6 +93,69 @@ class DetectionConfig:
         d["steps"], d["min_sizes_train"] = list(self.steps), list(self.min_sizes_train)
         d["base_lr"] = self.base_lr
         return d
+
+
+# How long Ctrl-C waits for the current iteration to finish and its checkpoint to be written.
+INTERRUPT_GRACE_S = 15.0
+
+
+class DetectionInterrupted(ClZooError):
+    """Ctrl-C stopped the run; ``abandoned`` when its worker was still busy and had to be left behind."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, *, abandoned: bool = False) -> None:
+        super().__init__(message)
+        self.abandoned = abandoned
+
+
+def ignore_sigint(_worker_id: int = 0) -> None:
+    """DataLoader ``worker_init_fn``: the main process decides what Ctrl-C does, not a dying worker."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+Outcome = Literal["done", "stopped", "abandoned"]
+
+
+def run_stoppable(work: Callable[[threading.Event], None], grace_s: float = INTERRUPT_GRACE_S) -> Outcome:
+    """Run ``work(stop)`` in a thread; on KeyboardInterrupt set ``stop`` and wait up to ``grace_s``.
+
+    The main thread only waits here, in short interruptible waits, so Ctrl-C is noticed within a
+    fraction of a second whatever ``work`` is doing. ``work`` must return soon after ``stop`` is set
+    (at its next check). Returns "done", "stopped" (it returned after ``stop``) or "abandoned" (still
+    running after ``grace_s``, or a second Ctrl-C): the thread is a daemon, left to the process's exit.
+    An exception from ``work`` is raised here.
+    """
+    stop, finished = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            work(stop)
+        except BaseException as exc:  # handed to the main thread, which raises it
+            errors.append(exc)
+        finally:
+            finished.set()
+
+    # Waiting on an Event, not Thread.join: a KeyboardInterrupt inside join() can leave the Thread
+    # object reporting a still-running thread as finished.
+    threading.Thread(target=target, name="cl-zoo-detect", daemon=True).start()
+    try:
+        while not finished.wait(0.2):
+            pass
+    except KeyboardInterrupt:
+        stop.set()
+        try:
+            if not finished.wait(grace_s):
+                return "abandoned"
+        except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the iteration
+            return "abandoned"
+        if errors:
+            raise errors[0]
+        return "stopped"
+    if errors:
+        raise errors[0]
+    return "done"
 
 
 @dataclass
@@ -124,6 +198,7 @@ def _infinite_batches(dataset: DetectionDataset, cfg: DetectionConfig, start: in
             collate_fn=collate,
             num_workers=cfg.workers,
             persistent_workers=False,
+            worker_init_fn=ignore_sigint,
         )
         yield from loader
         epoch, skip = epoch + 1, 0
@@ -139,7 +214,7 @@ def predict(model: nn.Module, data: DetectionData, device: torch.device, batch_s
 
     model.eval()
     loader = torch.utils.data.DataLoader(DetectionDataset(data, train=False), batch_size=batch_size,
-                                         collate_fn=collate, num_workers=workers)
+                                         collate_fn=collate, num_workers=workers, worker_init_fn=ignore_sigint)
     out: list[dict[str, np.ndarray]] = []
     for images, _ in tqdm(loader, desc="evaluate", unit="batch", disable=not progress, leave=False):
         with autocast(device, precision):
@@ -200,6 +275,8 @@ def train_detector(
     if not kept and cfg.max_iter > 0:
         raise DataError(f"no training image has a usable box ({train_data.summary()})")
     train_data = dataclasses.replace(train_data, samples=kept)
+    if cfg.head is None:
+        cfg = dataclasses.replace(cfg, head=default_head(backbone))
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -230,7 +307,7 @@ def train_detector(
                 print(f"note: {ckpt_path} trained in {state['precision']} and continues in {precision} "
                       "(weights and optimizer state are float32 either way)", flush=True)
         elif not resume and ckpt_path.exists():
-            raise ClZooError(f"{out} already holds a run (last.pt); pass --resume or choose another --output")
+            raise ClZooError(f"{out} already holds a run (last.pt); pass --resume or choose another --out")
         atomic_write_json(out / "config.json",
                           {"config": cfg.to_dict(), "model": model_name, "classes": train_data.classes,
                            "train": train_data.summary(), "val": val_data.summary() if val_data else None},
@@ -245,39 +322,81 @@ def train_detector(
     from tqdm import tqdm
 
     losses: list[float] = []
+    saved = {"iteration": start if resume and start else None}  # what last.pt holds, as far as this run knows
     t0 = time.perf_counter()
-    if start < cfg.max_iter:
+
+    def train_loop(stop: threading.Event) -> None:
         model.train()
         _set_sizes(model, cfg.min_sizes_train)
         dataset = DetectionDataset(train_data, train=True)
         bar = tqdm(total=cfg.max_iter, initial=start, desc="detect", unit="it", disable=not progress)
         batches = _infinite_batches(dataset, cfg, start)
-        for iteration in range(start, cfg.max_iter):
-            images, targets = next(batches)
-            for group in optimizer.param_groups:
-                group["lr"] = cfg.lr_at(iteration)
-            images = [im.to(device, non_blocking=True) for im in images]
-            targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
-            with autocast(device, precision):
-                loss_dict = model(images, targets)
-            loss = sum(v.float() for v in loss_dict.values())
-            if not torch.isfinite(loss):
-                raise ClZooError(f"loss became {loss.item()} at iteration {iteration}; lower --lr or add warm-up")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(float(loss.item()))
-            bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{cfg.lr_at(iteration):.4g}")
-            bar.update(1)
-            if cfg.checkpoint_period and (iteration + 1) % cfg.checkpoint_period == 0 and iteration + 1 < cfg.max_iter:
-                save(iteration + 1)
-        bar.close()
-        save(cfg.max_iter)
+        try:
+            def stopped(iteration: int) -> bool:
+                """Ctrl-C: save the state before ``iteration`` (unchanged until optimizer.step)."""
+                if not stop.is_set():
+                    return False
+                save(iteration)
+                saved["iteration"] = iteration
+                return True
+
+            for iteration in range(start, cfg.max_iter):
+                if stopped(iteration):
+                    return
+                images, targets = next(batches)
+                for group in optimizer.param_groups:
+                    group["lr"] = cfg.lr_at(iteration)
+                images = [im.to(device, non_blocking=True) for im in images]
+                targets = [{k: v.to(device) for k, v in t.items()} for t in targets]
+                with autocast(device, precision):
+                    loss_dict = model(images, targets)
+                loss = sum(v.float() for v in loss_dict.values())
+                if not torch.isfinite(loss):
+                    raise ClZooError(f"loss became {loss.item()} at iteration {iteration}; lower --lr or add warm-up")
+                if stopped(iteration):  # the forward and the backward each take seconds on a CPU
+                    return
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if stopped(iteration):
+                    return
+                optimizer.step()
+                losses.append(float(loss.item()))
+                bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{cfg.lr_at(iteration):.4g}")
+                bar.update(1)
+                if cfg.checkpoint_period and (iteration + 1) % cfg.checkpoint_period == 0 and iteration + 1 < cfg.max_iter:
+                    save(iteration + 1)
+                    saved["iteration"] = iteration + 1
+            save(cfg.max_iter)
+            saved["iteration"] = cfg.max_iter
+        finally:
+            bar.close()
+            batches.close()  # shuts the DataLoader's workers down now, not at garbage collection
+
+    if start < cfg.max_iter:
+        outcome = run_stoppable(train_loop)
+        if outcome != "done":
+            where = out / "last.pt" if out is not None else None
+            if where is None:
+                kept = "no output folder, nothing saved"
+            elif saved["iteration"] is None:
+                kept = f"no checkpoint yet in {out}"
+            elif outcome == "stopped":
+                kept = f"saved {where} at iteration {saved['iteration']}; rerun the same command with --resume to continue"
+            else:
+                kept = (f"the iteration was still running after {INTERRUPT_GRACE_S:.0f} s or a second Ctrl-C: kept {where} from iteration "
+                        f"{saved['iteration']} (the last periodic checkpoint); rerun the same command with --resume to continue")
+            done = saved["iteration"] if outcome == "stopped" and saved["iteration"] is not None else len(losses) + start
+            raise DetectionInterrupted(f"Ctrl-C after {done} of {cfg.max_iter} iterations: {kept}",
+                                       abandoned=outcome == "abandoned")
     train_seconds = time.perf_counter() - t0
 
     metrics: dict[str, float] = {}
     if val_data is not None:
-        metrics = evaluate_model(model, val_data, cfg, device, progress=progress, precision=precision)
+        try:
+            metrics = evaluate_model(model, val_data, cfg, device, progress=progress, precision=precision)
+        except KeyboardInterrupt:
+            kept = f"training finished ({out / 'last.pt'}); rerun with --resume to evaluate" if out is not None else "not evaluated"
+            raise DetectionInterrupted(f"Ctrl-C during evaluation: {kept}") from None
     report_path = None
     if out is not None:
         report = {
