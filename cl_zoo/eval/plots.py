@@ -1,4 +1,7 @@
-"""Figures for evaluation reports: confusion matrix, 2-D feature projection, training curve.
+"""Figures for evaluation reports: confusion matrix, 2-D feature projection, training curves.
+
+Image grids for ``search``/``dedup --plot`` live in :mod:`cl_zoo.eval.grids`; pretraining's
+``curves.png`` is drawn here (:func:`training_curves_figure`) and written by the run logger.
 
 Rendered with matplotlib's Agg backend (no display needed on a server) and written atomically,
 like every other output, so a crash never leaves a truncated PNG beside a report.
@@ -12,13 +15,19 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from cl_zoo.errors import ClZooError
 from cl_zoo.fileio import atomic_path
 
 
-def _figure():  # noqa: ANN202
+class PlotPathError(ClZooError):
+    """A ``--plot`` destination that cannot be written; found before any model loads or image is read."""
+
+
+def _figure(feature: str = "--plot"):  # noqa: ANN202 - matplotlib.pyplot
+    """pyplot on the Agg backend, or one line naming the ``plots`` extra; ``feature`` is what the user asked for."""
     from cl_zoo.optional import require
 
-    matplotlib = require("matplotlib", "--plot")
+    matplotlib = require("matplotlib", feature)
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
@@ -26,11 +35,27 @@ def _figure():  # noqa: ANN202
     return plt
 
 
-def _save(fig: Any, path: str | os.PathLike) -> Path:
+def check_plot_path(path: str | os.PathLike) -> Path:
+    """``path`` if a PNG can be written there, else one line saying why.
+
+    Called before a command loads its model or reads its inputs, so a typo in ``--plot`` costs
+    nothing; the same reasons would otherwise surface as an OSError traceback after the work.
+    """
+    from cl_zoo.fileio import check_output_path
+
+    path = check_output_path(path, option="--plot", error=PlotPathError)  # a folder is named as such first
+    if path.suffix.lower() != ".png":
+        raise PlotPathError(f"--plot writes a PNG: name the file with .png (got {path})")
+    return path
+
+
+def _save(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
     path = Path(path)
     try:
         with atomic_path(path, suffix=".png") as tmp:
-            fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
+            fig.savefig(tmp, dpi=dpi, bbox_inches="tight", format="png")
+    except OSError as exc:
+        raise PlotPathError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         _figure().close(fig)
     return path
@@ -119,3 +144,55 @@ def plot_curve(curve: Mapping[str, Any], path: str | os.PathLike, title: str = "
     ax.set_ylabel("loss")
     ax.set_title(title or "linear probe training")
     return _save(fig, path)
+
+
+def _knn_label(key: str) -> str:
+    """``knn_k20_top1`` -> ``kNN k=20 top-1``: the legend speaks the tables' words."""
+    k = key.removeprefix("knn_k").removesuffix("_top1")
+    return f"kNN k={k} top-1" if k.isdigit() else key
+
+
+def training_curves_figure(rows: Sequence[Mapping[str, Any]], title: str = "", *, feature: str = "curves.png") -> Any:
+    """Pretraining's ``curves.png``: train loss (left axis) and online kNN top-1 (right axis) per epoch.
+
+    One legend holds every series, loss included, and sits below the axes: inside them it covered
+    the loss tail, the part of the curve a reader looks at to judge convergence. ``rows`` are
+    ``metrics.csv``'s rows (``epoch``, ``loss``, ``knn_k*_top1`` as fractions; blanks allowed).
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    plt = _figure(feature)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    epochs = [r["epoch"] for r in rows]
+    losses = [_float(r.get("loss")) for r in rows]
+    handles = ax.plot(epochs, losses, "-o", color="tab:blue", markersize=3, label="train loss")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("train loss", color="tab:blue")
+    ax.tick_params(axis="y", colors="tab:blue")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    knn_keys = sorted({k for r in rows for k in r if k.startswith("knn_") and k.endswith("_top1")},
+                      key=lambda k: (len(k), k))  # k=20 before k=200
+    if knn_keys:
+        ax2 = ax.twinx()
+        for key, colour in zip(knn_keys, ("tab:orange", "tab:green", "tab:red", "tab:purple")):
+            pts = [(r["epoch"], 100 * float(r[key])) for r in rows if isinstance(r.get(key), (int, float))]
+            if pts:
+                handles += ax2.plot(*zip(*pts), "-s", color=colour, markersize=3, label=_knn_label(key))
+        ax2.set_ylabel("kNN top-1 (%)")
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=len(handles), fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return fig
+
+
+def save_figure(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:
+    """Write ``fig`` as a PNG atomically and close it (the writer every figure here uses)."""
+    return _save(fig, path, dpi=dpi)
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")

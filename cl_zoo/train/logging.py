@@ -9,7 +9,6 @@ run goes on, and says once which of them is off and which extra brings it.
 from __future__ import annotations
 
 import csv
-import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -82,36 +81,9 @@ class RunLogger:
         if not is_installed("matplotlib"):
             print(f"{missing_message('matplotlib', CURVE_NAME, extra='train')}; the model is exported without it", flush=True)
             return None
-        import matplotlib
+        from cl_zoo.eval.plots import save_figure, training_curves_figure
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        epochs = [r["epoch"] for r in self.rows]
-        losses = [r.get("loss") for r in self.rows]
-        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=120)
-        ax.plot(epochs, [_nan(v) for v in losses], "-o", color="tab:blue", markersize=3, label="loss")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("train loss", color="tab:blue")
-        knn_keys = sorted({k for r in self.rows for k in r if k.startswith("knn_") and k.endswith("_top1")})
-        if knn_keys:
-            ax2 = ax.twinx()
-            for key, colour in zip(knn_keys, ("tab:orange", "tab:green", "tab:red")):
-                pts = [(r["epoch"], 100 * float(r[key])) for r in self.rows if isinstance(r.get(key), (int, float))]
-                if pts:
-                    ax2.plot(*zip(*pts), "-s", color=colour, markersize=3, label=key)
-            ax2.set_ylabel("kNN top-1 (%)")
-            ax2.legend(loc="lower right", fontsize=8)
-        if title:
-            ax.set_title(title, fontsize=10)
-        fig.tight_layout()
-        target = self.run_dir / CURVE_NAME
-        try:
-            with atomic_path(target, suffix=".png") as tmp:
-                fig.savefig(tmp)
-        finally:
-            plt.close(fig)
-        return target
+        return save_figure(training_curves_figure(self.rows, title), self.run_dir / CURVE_NAME)
 
     def close(self) -> None:
         if self.tb is not None:
@@ -132,10 +104,3 @@ def _plain(value: Any) -> Any:
     if hasattr(value, "item"):
         value = value.item()
     return value
-
-
-def _nan(value: Any) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan

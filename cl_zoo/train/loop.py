@@ -615,7 +615,7 @@ class Trainer:
         dataset = r.data.dataset or Path(str(self.train_data.source).rstrip("/")).name
         describe_backbone(backbone, r, self.view_configs[0], epochs=r.epochs, dataset=dataset)
         metrics = monitor_metrics(knn)
-        curve = logger.plot(title=f"{r.method} {r.arch}") if logger is not None else None
+        curve = logger.plot(title=f"{r.method} {r.arch} on {dataset}, {r.epochs} epochs, seed {r.seed}") if logger is not None else None
         model_dir = self.run_dir / "model"
         sections = {}
         if knn:
