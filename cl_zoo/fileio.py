@@ -33,6 +33,11 @@ train.npy``), so before replacing or deleting one the writer recognises it by it
 naming the file, when it is not its own or is not a regular file at all (a folder, a link: a link
 would be written through). :func:`refuse_inputs_as_outputs` refuses an output that is one of the
 command's inputs, however it is spelt (another relative path, a link, a hard link).
+
+Checking before working is the fourth: :func:`check_output_path` is the one preflight every command
+that writes runs on its outputs before any slow step (imports of torchvision or faiss, a model load,
+reading the data), so an unwritable place (``/proc``, ``/sys``, a read-only mount), a missing parent
+or a folder where a file goes is one line in a second rather than a traceback after the work.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ __all__ = [
     "file_lock",
     "read_json",
     "check_replaceable",
+    "check_output_path",
     "read_head",
     "refuse_inputs_as_outputs",
     "same_file",
@@ -337,3 +343,63 @@ def check_replaceable(
         raise error(f"{path} exists and is not {what} that cl-zoo wrote; cl-zoo will not replace it: "
                     "move it away or choose another output")
     return True
+
+
+def _writable_folder(folder: Path) -> str | None:
+    """Why nothing can be created in ``folder`` (None when something can).
+
+    Probed by creating and removing a hidden file: ``os.access`` answers yes to root for /proc, /sys
+    and read-only mounts, where the real write fails only after the model has loaded.
+    """
+    try:
+        fd, name = tempfile.mkstemp(prefix=".cl-zoo-write-check.", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+    return None
+
+
+def check_output_path(
+    path: str | os.PathLike[str],
+    *,
+    folder: bool | None = False,
+    create_parents: bool = False,
+    option: str = "--out",
+    error: type[ClZooError] = DataError,
+) -> Path:
+    """Refuse, in one line of ``error``, an output that cannot be written, before any slow work.
+
+    Every command that writes calls this first, because the writers themselves fail only at the end
+    (after the model loaded, after an hour of embedding) and with a traceback. ``folder`` says the
+    output is a folder (a run, a checkpoint), else a file: a folder where a file is expected (or a
+    file where a folder is) is refused; ``None`` (either, decided later) checks only where it goes. The parent must exist unless ``create_parents`` (writers
+    that make their parents: a run folder, a report under ``eval-reports/``), in which case the
+    nearest existing ancestor must be a folder cl-zoo can create files in. ``option`` names the
+    output in the message (``--out``, ``OUT``, ``--save-index``). Returns ``path`` as a Path.
+    """
+    text = os.fspath(path)
+    path = Path(text)
+    if not text:
+        raise error(f"{option} is empty")
+    if path.is_dir() and folder is False:
+        raise error(f"{option} {text} is a folder; a file is written there: name a file")
+    if os.path.lexists(path) and not path.is_dir() and folder:
+        raise error(f"{option} {text} is a file; a folder is written there: name a folder")
+    if folder is False and text.endswith(("/", os.sep)):
+        raise error(f"{option} {text} ends in {os.sep}, which names a folder; a file is written there: name a file")
+    target = path if folder is not False and path.is_dir() else path.parent
+    existing = target
+    while not os.path.lexists(existing) and existing != existing.parent:
+        existing = existing.parent
+    if existing != target and not create_parents:
+        raise error(f"{option} {text}: folder {target} does not exist; create it first")
+    if not existing.is_dir():
+        raise error(f"{option} {text}: {existing} is not a folder")
+    reason = _writable_folder(existing)
+    if reason is not None:
+        raise error(f"{option} {text}: cannot create files in {existing} ({reason})")
+    return path

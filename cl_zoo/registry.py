@@ -190,18 +190,44 @@ def _pretrained_of(arch: str) -> list[str]:
     return sorted(n for n, e in _PRETRAINED.items() if e.arch == arch)
 
 
+def _similarity(typed: str, candidate: str) -> float:
+    """How close ``typed`` is to ``candidate``, compared part by part: the whole name, and its stem
+    (``dcl_resnet18`` of ``dcl_resnet18.imagenette64_cpu``) when the user typed no ``.<tag>``.
+
+    A whole-name ratio alone ranks ``resnet18`` above ``dcl_resnet18.imagenette64_cpu`` for the
+    typo ``dcl_resnet81``: the tag the user never typed lowers the long name's ratio.
+    """
+    whole = difflib.SequenceMatcher(None, typed, candidate).ratio()
+    if "." in typed:
+        return whole
+    stem = candidate.split(".", 1)[0]
+    return max(whole, difflib.SequenceMatcher(None, typed, stem).ratio())
+
+
+# Below this, a "did you mean" names unrelated models (difflib's own default is 0.6).
+SUGGESTION_CUTOFF = 0.75
+
+
 def _suggestions(name: str, candidates: list[str]) -> list[str]:
     """Close names, the pretrained entries of a stem first: ``dcl_resnet18`` -> ``dcl_resnet18.<tag>``.
 
-    difflib alone ranks short architecture names (``resnet18``) above the full pretrained name
-    whose prefix the user typed, because the ``.<tag>`` suffix lowers the similarity ratio.
+    Then names whose prefix the user typed, then typos by :func:`_similarity` (``dcl_resnet81`` ->
+    ``dcl_resnet18.<tag>``, ``cacr_resnet18.imagenete64_cpu`` -> ``cacr_resnet18.imagenette64_cpu``).
     """
     key = name.lower()
     exact_stem = [c for c in candidates if c.lower().split(".", 1)[0] == key or c.lower().startswith(key + ".")]
     prefixed = [c for c in candidates if c.lower().startswith(key) and c not in exact_stem and c != name]
-    close = difflib.get_close_matches(name, [c for c in candidates if c != name], n=3, cutoff=0.5)
+    scored = sorted(((_similarity(key, c.lower()), c) for c in candidates if c != name), key=lambda sc: (-sc[0], sc[1]))
+    close = [c for score, c in scored if score >= SUGGESTION_CUTOFF]
     ordered = list(dict.fromkeys(sorted(exact_stem) + sorted(prefixed) + close))
     return ordered[:3]
+
+
+def suggest_models(name: str) -> list[str]:
+    """Up to three registered names close to ``name`` (pretrained names first), for a "did you
+    mean" wherever a model name is typed (``cl-zoo embed --model``, ``cl-zoo info``)."""
+    _ensure_loaded()
+    return _suggestions(name, list(_PRETRAINED)) or _suggestions(name, list(_PRETRAINED) + list(_ARCHS))
 
 
 def _not_found(name: str, pretrained_only: bool = False) -> ModelNotFoundError:

@@ -34,7 +34,7 @@ def test_help(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
 def test_models_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["models", "resnet*"], capsys)
     lines = out.splitlines()
-    assert code == 0 and lines[0].split() == ["name", "method", "arch", "dataset", "params(M)", "metrics"]
+    assert code == 0 and lines[0].split() == ["name", "method", "arch", "dataset", "params(M)", "here", "metrics"]
     assert any(line.startswith("resnet50 ") and "23.51" in line for line in lines)
 
     code, out, _ = run(["models", "--json"], capsys)

@@ -280,7 +280,7 @@ def test_cli_resume_gives_identical_bytes(photos: Path, model_dir: Path, tmp_pat
 
 def test_cli_user_errors_are_one_line(photos: Path, model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cases = [
-        (["embed", photos, "-m", model_dir, "-o", tmp_path / "missing" / "e.npy"], "output folder does not exist"),
+        (["embed", photos, "-m", model_dir, "-o", tmp_path / "missing" / "e.npy"], "missing does not exist; create it first"),
         (["embed", tmp_path / "nope", "-m", model_dir, "-o", tmp_path / "e.npy"], "path does not exist"),
         (["embed", photos, "-m", model_dir, "-o", tmp_path / "e.txt"], "must end in .npy or .parquet"),
     ]

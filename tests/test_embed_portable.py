@@ -67,7 +67,7 @@ def test_outputs_hold_absolute_paths_and_search_works_from_another_folder(
     monkeypatch.chdir(elsewhere)
     query = project / "photos" / "photo2.JPEG"
     for out in ("emb.npy", "emb.parquet"):
-        assert run("search", project / out, "-q", query, "-k", "2", "--json", "-j", "0") == 0, capsys.readouterr().err
+        assert run("search", project / out, "--query", query, "-k", "2", "--json", "-j", "0") == 0, capsys.readouterr().err
         hits = json.loads(capsys.readouterr().out)[0]["results"]
         assert {h["path"] for h in hits} == {str(query), str(project / "photos" / "copy_of_photo2.jpg")}
 

@@ -118,7 +118,7 @@ def test_knn_cli_report_plots_and_cache(tmp_path, cache, capsys):
     assert report["model"]["name"] == "pixels" and len(report["model"]["weights_sha256"]) == 64
     assert report["data"]["train"]["split"] == "train" and report["data"]["test"]["split"] == "test"
     assert len(report["data"]["train"]["file_list_hash"]) == 64
-    assert report["hyperparameters"]["k"] == [3, 5] and report["hyperparameters"]["temperature"] == 0.07
+    assert report["hyperparameters"]["k"] == [3, 5] and report["hyperparameters"]["temperature"] == 0.1
     assert set(report["versions"]) >= {"cl_zoo", "torch", "numpy", "faiss"}
     assert report["metrics"]["knn_k5_top1"] > 0.9  # colour-coded classes are trivially separable
     assert "knn_k5_top5" not in report["metrics"]  # only 3 classes

@@ -315,9 +315,9 @@ def test_search_uses_a_saved_index_and_refuses_another_ones(tmp_path: Path, caps
     assert main(["index", str(emb), "--out", str(index), "--max-memory", "64M", "-q"]) == 0
     capsys.readouterr()
     query = str(photos / "photo2.JPEG")
-    assert main(["search", str(emb), "-q", query, "-k", "2", "--json"]) == 0
+    assert main(["search", str(emb), "--query", query, "-k", "2", "--json"]) == 0
     rebuilt = json.loads(capsys.readouterr().out)
-    assert main(["search", str(emb), "-q", query, "-k", "2", "--json", "--index-file", str(index)]) == 0
+    assert main(["search", str(emb), "--query", query, "-k", "2", "--json", "--index-file", str(index)]) == 0
     assert json.loads(capsys.readouterr().out) == rebuilt and rebuilt[0]["results"][0]["path"] == query
 
     other = tmp_path / "other.npy"  # the same rows embedded again, by another model
@@ -325,7 +325,7 @@ def test_search_uses_a_saved_index_and_refuses_another_ones(tmp_path: Path, caps
     shutil.copy(tmp_path / "emb.paths.jsonl", tmp_path / "other.paths.jsonl")
     meta = json.loads((tmp_path / "emb.meta.json").read_text())
     (tmp_path / "other.meta.json").write_text(json.dumps({**meta, "model_name": "another"}))
-    code, out, err = run_cli(["search", str(other), "-q", query, "--index-file", str(index)], capsys)
+    code, out, err = run_cli(["search", str(other), "--query", query, "--index-file", str(index)], capsys)
     assert code == 2 and out == ""
     assert_one_error_line(err, "built from other embeddings")
 
@@ -366,7 +366,7 @@ def test_shard_folder_index_search_and_dedup(photo_shards: Path, tmp_path: Path,
     query = str(tmp_path / "photos" / "photo2.JPEG")
     copy = str(tmp_path / "photos" / "copy_of_photo2.jpg")
 
-    assert main(["search", str(photo_shards), "-q", query, "-k", "2", "--json"]) == 0  # exact: the folder loaded whole
+    assert main(["search", str(photo_shards), "--query", query, "-k", "2", "--json"]) == 0  # exact: the folder loaded whole
     exact = json.loads(capsys.readouterr().out)
     assert {hit["path"] for hit in exact[0]["results"]} == {query, copy}
     assert main(["dedup", str(photo_shards), "-t", "0.9999", "--json"]) == 0
@@ -375,7 +375,7 @@ def test_shard_folder_index_search_and_dedup(photo_shards: Path, tmp_path: Path,
 
     with monkeypatch.context() as patch:  # through the index, search reads row paths, never a feature
         features_never_read(patch)
-        assert main(["search", str(photo_shards), "-q", query, "-k", "2", "--json", "--index-file", str(index)]) == 0
+        assert main(["search", str(photo_shards), "--query", query, "-k", "2", "--json", "--index-file", str(index)]) == 0
         assert json.loads(capsys.readouterr().out) == exact
     with monkeypatch.context() as patch:  # and dedup streams blocks: the folder is never loaded whole
         import cl_zoo.embedding
@@ -422,7 +422,7 @@ def test_damaged_shard_folders_are_refused_and_leave_indexes_alone(photo_shards:
         shutil.copytree(photo_shards, folder)
         damage(folder)
         for args in (["index", str(folder), "--out", str(existing_index), "--max-memory", "64M"],
-                     ["search", str(folder), "-q", query, "--index-file", str(index)],
+                     ["search", str(folder), "--query", query, "--index-file", str(index)],
                      ["dedup", str(folder), "-t", "0.9", "--index-file", str(index)]):
             code, out, err = run_cli(args, capsys)
             assert code != 0 and out == "", (name, args[0], err)

@@ -34,9 +34,16 @@ NOT_FEATURES = {"all", "test"}
 
 
 def hide(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
-    """Make ``import module`` fail as if the package were not installed."""
+    """Make ``import module`` fail as if the package were not installed.
+
+    Submodules an earlier test imported (``pyarrow.parquet``) are hidden too: ``import_module``
+    returns a cached submodule without looking at its parent, so hiding the parent alone made this
+    file's results depend on which tests ran before it.
+    """
     for name in modules:
         monkeypatch.setitem(sys.modules, name, None)
+        for loaded in [key for key in sys.modules if key.startswith(f"{name}.")]:
+            monkeypatch.setitem(sys.modules, loaded, None)
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
@@ -84,7 +91,7 @@ def test_faiss_commands_name_the_index_extra(monkeypatch: pytest.MonkeyPatch, ca
     hide(monkeypatch, "faiss")
     emb = str(tmp_path / "emb.npy")  # never read: faiss is checked first
     expect_extra(capsys, main(["knn", "--model", "m", "--train", "a", "--test", "b"]), "cl-zoo knn", "faiss", "index")
-    expect_extra(capsys, main(["search", emb, "-q", str(PHOTOS)]), "cl-zoo search", "faiss", "index")
+    expect_extra(capsys, main(["search", emb, "--query", str(PHOTOS)]), "cl-zoo search", "faiss", "index")
     expect_extra(capsys, main(["dedup", emb]), "cl-zoo dedup", "faiss", "index")
     expect_extra(capsys, main(["index", emb, "--out", str(tmp_path / "i.faiss"), "--max-memory", "1G"]), "cl-zoo index", "faiss", "index")
 

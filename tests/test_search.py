@@ -106,18 +106,18 @@ def test_search_and_dedup_commands(tmp_path: Path, capsys: pytest.CaptureFixture
     capsys.readouterr()
 
     query = str(photos / "photo2.JPEG")
-    assert main(["search", str(emb), "-q", query, "-k", "3", "--json", "--save-index", str(tmp_path / "i.faiss")]) == 0
+    assert main(["search", str(emb), "--query", query, "-k", "3", "--json", "--save-index", str(tmp_path / "i.faiss")]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report[0]["query"] == query and len(report[0]["results"]) == 3
     top2 = {r["path"] for r in report[0]["results"][:2]}
     assert top2 == {query, str(photos / "copy_of_photo2.jpg")}
     assert report[0]["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
-    assert main(["search", str(emb), "-q", query, "-k", "3", "--json", "--load-index", str(tmp_path / "i.faiss")]) == 0
+    assert main(["search", str(emb), "--query", query, "-k", "3", "--json", "--load-index", str(tmp_path / "i.faiss")]) == 0
     assert json.loads(capsys.readouterr().out) == report
-    assert main(["search", str(emb), "-q", str(photos), "-k", "2", "--index", "hnsw"]) == 0
+    assert main(["search", str(emb), "--query", str(photos), "-k", "2", "--index", "hnsw"]) == 0
     assert capsys.readouterr().out.count("\n  ") == 10  # 5 queries x 2 hits
 
     assert main(["dedup", str(emb), "--threshold", "0.9999", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == [[str(photos / "copy_of_photo2.jpg"), query]]
-    assert main(["search", str(tmp_path / "missing.npy"), "-q", query]) == 2
+    assert main(["search", str(tmp_path / "missing.npy"), "--query", query]) == 2
     assert "does not exist" in capsys.readouterr().err

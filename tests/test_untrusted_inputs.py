@@ -179,10 +179,10 @@ def test_names_with_line_breaks_round_trip(suffix: str, model_dir: Path, tmp_pat
     assert paths == sorted(str(photos / n) for n in [*ODD_NAMES, "copy\nof photo0.jpg"]) and features.shape[0] == 5
 
     query = str(photos / ODD_NAMES[0])
-    assert main(["search", str(out), "-q", query, "-k", "2", "--json"]) == 0
+    assert main(["search", str(out), "--query", query, "-k", "2", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report[0]["query"] == query and report[0]["results"][0]["path"] == query
-    assert main(["search", str(out), "-q", query, "-k", "5"]) == 0
+    assert main(["search", str(out), "--query", query, "-k", "5"]) == 0
     text = capsys.readouterr().out.splitlines()
     assert len(text) == 1 + 5 and json.dumps(query) == text[0]  # one line per hit, odd names quoted
     assert main(["dedup", str(out), "--threshold", "0.9999", "--json"]) == 0
@@ -237,7 +237,7 @@ def test_bad_meta_json(case: str, saved: Path, tmp_path: Path, capsys: pytest.Ca
         load_embeddings(emb)
     assert main(["dedup", str(emb)]) == 2
     one_error_line(capsys, message)
-    assert main(["search", str(emb), "-q", str(DATA / PHOTOS[0])]) == 2
+    assert main(["search", str(emb), "--query", str(DATA / PHOTOS[0])]) == 2
     one_error_line(capsys, message)
 
 
@@ -354,7 +354,7 @@ def test_bad_faiss_index_files(saved: Path, tmp_path: Path, capsys: pytest.Captu
         bad.write_bytes(content)
         with pytest.raises(DataError, match=message):
             load_index(bad)
-        argv = ["search", str(emb), "-q", str(DATA / PHOTOS[0]), "--load-index", str(bad), "--save-index", str(keep)]
+        argv = ["search", str(emb), "--query", str(DATA / PHOTOS[0]), "--load-index", str(bad), "--save-index", str(keep)]
         assert main(argv) == 2, case
         one_error_line(capsys, message)
         assert keep.read_bytes() == b"an index the user made earlier"  # nothing overwritten

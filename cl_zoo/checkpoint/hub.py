@@ -256,9 +256,14 @@ def load_pretrained(source: str | os.PathLike[str], **kwargs: object) -> nn.Modu
         return _load_file(path, **kwargs)
     if is_pretrained_name(text):
         return create_model(text, pretrained=True)
+    from cl_zoo.registry import get_pretrained, suggest_models
+
     if path.suffix or os.sep in text:
+        # A dotted name is a path or a pretrained name (arch.tag): a typo of the latter gets its suggestions.
+        close = [] if os.sep in text or (os.altsep and os.altsep in text) else suggest_models(text)
+        if close:
+            raise CheckpointError(f"{text} is neither a registered model nor an existing path; did you mean {', '.join(close)}?")
         raise CheckpointError(f"{text} does not exist")
-    from cl_zoo.registry import get_pretrained
 
     get_pretrained(text)  # raises the "unknown model ... did you mean" error
     raise AssertionError("unreachable")

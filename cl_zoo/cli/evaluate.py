@@ -59,6 +59,9 @@ def _open_splits(train: str, test: str, root: str | None, train_split: str | Non
     return train_data, test_data
 
 
+REPORTS_FOLDER = "eval-reports"
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")[:80] or "model"
 
@@ -68,7 +71,7 @@ def _report_path(out: str | None, task: str, result: Any) -> Path:
         return Path(out)
     report = result.report
     name = _slug(f"{task}-{report['model']['name']}-{report['data']['name']}-{report['protocol']}")
-    return Path("eval-reports") / f"{name}-{report['model']['weights_sha256'][:8]}.json"
+    return Path(REPORTS_FOLDER) / f"{name}-{report['model']['weights_sha256'][:8]}.json"
 
 
 def _require_plots(plot: bool) -> None:
@@ -104,10 +107,20 @@ def _finish(result: Any, task: str, out: str | None, plot: bool, as_json: bool) 
         click.echo(f"  report: {path}" + (f" (+ {len(figures)} figures)" if figures else ""))
 
 
-def _workers_default(ctx: click.Context, param: click.Parameter, value: int | None) -> int:
+def _preflight(model_spec: str | None, out: str | None, progress: bool, quiet: bool, workers: int | None) -> tuple[str, bool, int]:
+    """The model (embed's default when none is named), the progress setting and the decoding
+    workers, with the report's place checked first: before the data code is imported (torchvision
+    takes seconds), data opened or features extracted, so a bad --out costs nothing."""
+    from cl_zoo.fileio import check_output_path
+    from cl_zoo.registry import DEFAULT_MODEL
+
+    if out is not None:
+        check_output_path(out, create_parents=True)
+    else:
+        check_output_path(REPORTS_FOLDER, folder=True, create_parents=True, option="the default report folder")
     from cl_zoo.data.workers import default_workers
 
-    return default_workers() if value is None else value
+    return model_spec or DEFAULT_MODEL, progress and not quiet, default_workers() if workers is None else workers
 
 
 def _progress_default(ctx: click.Context, param: click.Parameter, value: bool | None) -> bool:
@@ -119,7 +132,8 @@ def _progress_default(ctx: click.Context, param: click.Parameter, value: bool | 
 
 def _common(fn: Callable) -> Callable:
     options = [
-        click.option("--model", "-m", "model_spec", required=True, help="Registered name, checkpoint folder/file or hf-hub:owner/name[@rev]."),
+        click.option("--model", "-m", "model_spec", default=None,
+                     help="Registered name, checkpoint folder/file or hf-hub:owner/name[@rev] (default: the bundled model, as cl-zoo embed)."),
         click.option("--random-init", is_flag=True, help="Seeded random weights with --model's architecture and preprocessing (a registry name or a checkpoint folder): the baseline."),
         click.option("--train", "train", required=True, help="ImageFolder dir, archive of one, or cifar10/cifar100/stl10/imagenette."),
         click.option("--test", "test", required=True, help="Same forms as --train."),
@@ -130,7 +144,7 @@ def _common(fn: Callable) -> Callable:
         click.option("--per-class", type=int, default=None, help="Use only the first N images of each class (sorted order) of both splits."),
         click.option("--batch-size", type=int, default=256, show_default=True, help="Feature-extraction batch size."),
         click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)."),
-        click.option("--workers", type=click.IntRange(min=0), default=None, callback=_workers_default,
+        click.option("--workers", type=click.IntRange(min=0), default=None,
                      help="Image-decoding worker processes (default: the usable CPUs, at most 8)."),
         click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]), default="auto", show_default=True,
                      help="Feature extraction: auto is bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32. "
@@ -140,12 +154,14 @@ def _common(fn: Callable) -> Callable:
         click.option("--backend", type=click.Choice(["auto", "torch", "openvino"]), default="auto", show_default=True,
                      help="Feature extraction engine: auto uses OpenVINO on CPU when installed and worth converting."),
         click.option("--no-cache", is_flag=True, help="Recompute features instead of using (and filling) the feature cache."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling, the probe and --random-init weights."),
         click.option("--out", "out", default=None, help="Report path (default eval-reports/<task>-<model>-<data>-<protocol>-<sha8>.json)."),
         click.option("--plot", is_flag=True, help="Also write PNGs beside the report: confusion matrix, PCA of test features, training curve."),
         click.option("--json", "as_json", is_flag=True, help="Print the report to stdout instead of a summary."),
         click.option("--progress/--no-progress", default=None, callback=_progress_default,
-                     help="Progress bars on stderr (default: on when stderr is a terminal)."),
+                     help="Progress bars on stderr (default: on when stderr is a terminal, off with --quiet)."),
+        click.option("-q", "--quiet", is_flag=True,
+                     help="Quiet: no progress bars (as --no-progress) nor linear-eval's fit log; the summary, warnings and errors still print."),
     ]
     for option in reversed(options):
         fn = option(fn)
@@ -155,14 +171,16 @@ def _common(fn: Callable) -> Callable:
 @click.command("knn")
 @_common
 @click.option("--k", "k", default="20,200", show_default=True, help="Neighbour counts, comma-separated; one search serves all.")
-@click.option("--temperature", "-t", type=float, default=0.07, show_default=True, help="Vote weight exp(sim / T).")
-@click.option("--metric", type=click.Choice(["cosine", "l2"]), default="cosine", show_default=True)
+@click.option("--temperature", "-t", type=float, default=0.1, show_default=True,
+              help="Vote weight exp(sim / T); 0.1 is what every table and model card in the zoo used.")
+@click.option("--metric", type=click.Choice(["cosine", "l2"]), default="cosine", show_default=True, help="Similarity of the neighbour search.")
 def knn_command(model_spec: str, random_init: bool, train: str, test: str, root: str | None, train_split: str | None,
-                test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int,
+                test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int | None,
                 precision: str, force_int8: bool, backend: str, no_cache: bool, seed: int, out: str | None, plot: bool,
-                as_json: bool, progress: bool, k: str,
+                as_json: bool, progress: bool, quiet: bool, k: str,
                 temperature: float, metric: str) -> None:
     """Weighted kNN (InstDisc vote) top-1/top-5 of a model's frozen features."""
+    model_spec, progress, workers = _preflight(model_spec, out, progress, quiet, workers)
     from cl_zoo.eval.knn import evaluate_knn
     from cl_zoo.search import require_faiss
 
@@ -184,7 +202,8 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
 
 @click.command("linear-eval")
 @_common
-@click.option("--protocol", type=click.Choice(["fast", "paper", "small-scale"]), default="fast", show_default=True)
+@click.option("--protocol", type=click.Choice(["fast", "paper", "small-scale"]), default="fast", show_default=True,
+              help="fast: cached features + L-BFGS; paper: the ImageNet SGD schedule; small-scale: CACR's Adam schedule.")
 @click.option("--wd-grid", default="1e-6,1e-5,1e-4,1e-3,1e-2,1e-1", show_default=True, help="fast: weight decays tried on the held-out part.")
 @click.option("--val-fraction", type=float, default=0.1, show_default=True, help="fast: share of train held out to pick the weight decay.")
 @click.option("--max-iter", type=int, default=300, show_default=True, help="fast: L-BFGS iterations per fit.")
@@ -198,13 +217,14 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
 @click.option("--weight-decay", type=float, default=None, help="paper/small-scale: weight decay (default 0).")
 @click.option("--optimizer", type=click.Choice(["sgd", "adam"]), default=None, help="paper/small-scale: override the optimizer.")
 def linear_eval_command(model_spec: str, random_init: bool, train: str, test: str, root: str | None, train_split: str | None,
-                        test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int,
+                        test_split: str | None, per_class: int | None, batch_size: int, device: str | None, workers: int | None,
                         precision: str, force_int8: bool, backend: str, no_cache: bool, seed: int, out: str | None,
-                        plot: bool, as_json: bool, progress: bool,
+                        plot: bool, as_json: bool, progress: bool, quiet: bool,
                         protocol: str, wd_grid: str, val_fraction: float, max_iter: int, epochs: int | None,
                         lr: float | None, milestones: str | None, gamma: float | None, train_batch_size: int | None,
                         momentum: float | None, betas: str | None, weight_decay: float | None, optimizer: str | None) -> None:
     """Linear probe of a frozen model: fast (cached features + L-BFGS), paper (ImageNet) or small-scale (CACR)."""
+    model_spec, progress, workers = _preflight(model_spec, out, progress, quiet, workers)
     from cl_zoo.eval.linear import evaluate_linear
 
     _require_plots(plot)
@@ -236,7 +256,7 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
         val_fraction=val_fraction, max_iter=max_iter, batch_size=batch_size, device=device, workers=workers,
         cache=not no_cache, progress=progress, want_test_features=plot, precision=precision, backend=backend,
         force_int8=force_int8, extra_hyperparameters={"per_class": per_class, "random_init": random_init},
-        log=None if as_json else (lambda line: click.echo(line, err=True)),
+        log=None if as_json or quiet else (lambda line: click.echo(line, err=True)),
     )
     _finish(result, "linear", out, plot, as_json)
 
@@ -244,7 +264,7 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
 @click.command("card-update")
 @click.argument("folder", type=click.Path(file_okay=False))
 @click.argument("report", type=click.Path(dir_okay=False), required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print the updated metrics as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the updated metrics (or the re-rendered card's path) as JSON.")
 def card_update_command(folder: str, report: str | None, as_json: bool) -> None:
     """Write a report's metrics into FOLDER's config.json and model card (model-index).
 
@@ -252,11 +272,18 @@ def card_update_command(folder: str, report: str | None, as_json: bool) -> None:
     the How to load section `cl-zoo publish` accepts is the one cl-zoo generates.
     """
     from cl_zoo.eval.report import update_card
+    from cl_zoo.fileio import check_output_path
 
+    if Path(folder).exists():  # its config.json and README.md are rewritten: refuse an unwritable folder before loading the model
+        check_output_path(folder, folder=True, option="FOLDER")
     if report is None:
         from cl_zoo.checkpoint.card import rerender_card
 
-        click.echo(f"re-rendered {rerender_card(folder)} from {Path(folder) / 'config.json'}")
+        card = rerender_card(folder)
+        if as_json:
+            click.echo(json.dumps({"card": str(card), "config": str(Path(folder) / "config.json")}, indent=2))
+        else:
+            click.echo(f"re-rendered {card} from {Path(folder) / 'config.json'}")
         return
 
     metrics = update_card(folder, report)

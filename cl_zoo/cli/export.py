@@ -13,6 +13,7 @@ _PREFIX = click.option(
     default=None,
     help="Take the ResNet under this key prefix (e.g. 'module.encoder_q.') instead of guessing.",
 )
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print what was written, renamed and dropped as JSON.")
 
 
 @click.group("export", help=f"Export a ResNet backbone for detectron2, torchvision or timm. {_MODEL_HELP}")
@@ -20,38 +21,49 @@ def export_command() -> None:
     pass
 
 
-def _run(target: str, model: str, out: str, prefix: str | None) -> None:
+def _run(target: str, model: str, out: str, prefix: str | None, as_json: bool = False) -> None:
     from cl_zoo.convert.export import EXPORTERS
+    from cl_zoo.fileio import check_output_path
 
+    check_output_path(out, option="OUT")  # before the checkpoint is read and converted
     summary = EXPORTERS[target](model, out, prefix=prefix)
-    click.echo(summary.text())
+    if as_json:
+        import dataclasses
+        import json
+
+        click.echo(json.dumps(dataclasses.asdict(summary), indent=1))
+    else:
+        click.echo(summary.text())
 
 
 @export_command.command("detectron2")
 @click.argument("model")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path())
 @_PREFIX
-def detectron2_cmd(model: str, out: str, prefix: str | None) -> None:
+@_JSON
+def detectron2_cmd(model: str, out: str, prefix: str | None, as_json: bool) -> None:
     """Write OUT.pkl for detectron2 (names stem.conv1, res2..res5; numpy arrays).
 
     Use it with transfer/detectron2/train_net.py ... MODEL.WEIGHTS OUT.pkl.
     """
-    _run("detectron2", model, out, prefix)
+    _run("detectron2", model, out, prefix, as_json)
 
 
 @export_command.command("torchvision")
 @click.argument("model")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path())
 @_PREFIX
-def torchvision_cmd(model: str, out: str, prefix: str | None) -> None:
+@_JSON
+def torchvision_cmd(model: str, out: str, prefix: str | None, as_json: bool) -> None:
     """Write OUT.pth: a torchvision ResNet state dict (load with strict=False; only fc is missing)."""
-    _run("torchvision", model, out, prefix)
+    _run("torchvision", model, out, prefix, as_json)
 
 
 @export_command.command("timm")
 @click.argument("model")
-@click.argument("out", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path())
 @_PREFIX
-def timm_cmd(model: str, out: str, prefix: str | None) -> None:
+@_JSON
+def timm_cmd(model: str, out: str, prefix: str | None, as_json: bool) -> None:
     """Write OUT.safetensors for timm.create_model('resnetNN', num_classes=0)."""
-    _run("timm", model, out, prefix)
+    _run("timm", model, out, prefix, as_json)

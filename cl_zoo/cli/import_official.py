@@ -10,14 +10,15 @@ from cl_zoo.convert.readers import FORMATS
 @click.command("import")
 @click.argument("format", type=click.Choice(FORMATS))
 @click.argument("checkpoint", type=click.Path(dir_okay=False))
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Zoo checkpoint folder to write.")
+@click.option("--out", "out", required=True, type=click.Path(), help="Zoo checkpoint folder to write (checked before the checkpoint is read).")
 @click.option(
     "--arch",
     default=None,
     help="Zoo architecture to load into (default: resnet50; for cmc, read from the file's width).",
 )
 @click.option("--origin", default=None, help="Where the file came from (URL), recorded in the model card.")
-def import_command(format: str, checkpoint: str, out: str, arch: str | None, origin: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the conversion report and the folder written as JSON.")
+def import_command(format: str, checkpoint: str, out: str, arch: str | None, origin: str | None, as_json: bool = False) -> None:
     """Convert CHECKPOINT, in the layout its publisher FORMAT uses, into a zoo folder.
 
     \b
@@ -32,8 +33,15 @@ def import_command(format: str, checkpoint: str, out: str, arch: str | None, ori
     or called. Every backbone tensor must be used, otherwise nothing is written.
     """
     from cl_zoo.convert.readers import import_checkpoint
+    from cl_zoo.fileio import check_output_path
 
+    check_output_path(out, folder=True, create_parents=True)  # before the checkpoint is read and converted
     folder, report = import_checkpoint(format, checkpoint, out, arch=arch, origin=origin)
+    if as_json:
+        import json
+
+        click.echo(json.dumps({"folder": str(folder), **report.to_dict()}, indent=1))
+        return
     click.echo(report.text())
     if report.matches_release:
         click.echo(f"checksum matches the published release {report.matches_release}")

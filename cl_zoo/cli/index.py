@@ -15,13 +15,15 @@ if TYPE_CHECKING:
 
 @click.command("index")
 @click.argument("embeddings", type=click.Path())
-@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False), help="Index file to write (its description goes to OUT.json beside it).")
+@click.option("-o", "--out", required=True, type=click.Path(), help="Index file to write (its description goes to OUT.json beside it).")
 @click.option("--max-memory", required=True, help="Most memory the index may take: 4G, 512M, 1.5GiB or bytes (binary units).")
 @click.option("--sample", "sample", default=None, type=click.IntRange(min=1), help="Rows to train on (default: 40 per inverted list, at least 65,536, within a quarter of the budget).")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the training and evaluation samples.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress lines on stderr.")
+@click.option("--progress/--no-progress", default=None, help="Progress lines on stderr (default: on unless --quiet).")
+@click.option("-q", "--quiet", is_flag=True, help="Quiet: no progress lines (as --no-progress); the summary, warnings and errors still print.")
 @click.option("--json", "as_json", is_flag=True, help="Print the index description as JSON.")
-def index_command(embeddings: str, out: str, max_memory: str, sample: int | None, seed: int, quiet: bool, as_json: bool) -> int:
+def index_command(embeddings: str, out: str, max_memory: str, sample: int | None, seed: int, quiet: bool, as_json: bool,
+                  progress: bool | None = None) -> int:
     """Build a faiss index over EMBEDDINGS that fits --max-memory, measure it, and save it.
 
     EMBEDDINGS is a .npy written by cl-zoo embed, the folder a cl-zoo embed --out DIR/ run
@@ -39,16 +41,22 @@ def index_command(embeddings: str, out: str, max_memory: str, sample: int | None
     Examples:
       cl-zoo index runs/emb.npy --out runs/emb.faiss --max-memory 4G
       cl-zoo index runs/shards/ --out runs/shards.faiss --max-memory 512M --json
-      cl-zoo search runs/emb.npy --index-file runs/emb.faiss -q photo.jpg
+      cl-zoo search runs/emb.npy --index-file runs/emb.faiss --query photo.jpg
       cl-zoo dedup runs/shards/ --index-file runs/shards.faiss
     """
+    from cl_zoo.fileio import check_output_path
+
+    check_output_path(out)  # unwritable, missing parent, a folder: one line, before faiss is even imported
     from cl_zoo.index import build_index, format_bytes, parse_memory
+    from cl_zoo.index.sidecar import sidecar_path
     from cl_zoo.index.source import open_source
     from cl_zoo.search import require_faiss
 
     require_faiss("cl-zoo index")  # before the embeddings are read
+    check_output_path(sidecar_path(Path(out)), option="--out's description")
     budget = parse_memory(max_memory)
-    say = None if quiet else (lambda message: click.echo(message, err=True))
+    show = progress if progress is not None else not quiet
+    say = (lambda message: click.echo(message, err=True)) if show else None
     source = open_source(embeddings)
     check_index_outputs(source, out)
     result = build_index(source, out, budget, sample_size=sample, seed=seed, progress=say)
@@ -66,7 +74,7 @@ def index_command(embeddings: str, out: str, max_memory: str, sample: int | None
     click.echo(f"latency: {info.latency_ms:.3f} ms/query (median over batches of 100 queries)")
     click.echo(f"size: {format_bytes(info.index_bytes)} of the {format_bytes(budget)} budget (estimated {format_bytes(result.plan.estimated_bytes)})")
     click.echo(f"build: {info.build_seconds:.1f} s, peak memory {format_bytes(info.peak_rss_bytes)}")
-    click.echo(f"wrote {result.index_path} and {result.sidecar_path.name}")
+    click.echo(f"wrote {result.index_path} and {result.sidecar_path}")
     return 0
 
 

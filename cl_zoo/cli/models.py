@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import click
@@ -24,6 +25,47 @@ def _arch_stats(arch: str, kwargs_json: str) -> tuple[int, int]:
     with torch.device("meta"):
         model = build_arch(arch, **json.loads(kwargs_json))
     return sum(p.numel() for p in model.parameters()), int(getattr(model, "num_features", 0))
+
+
+def where_here(name: str) -> dict[str, str | None]:
+    """Where a registered checkpoint would be loaded from on this machine, in the order
+    :func:`cl_zoo.checkpoint.hub.load_registered` tries its sources, found without the network.
+
+    ``where`` is one of ``wheel`` (bundled in the installed package), ``checkout`` (this source
+    tree's model_cards/), ``CL_ZOO_MODEL_CARDS``, ``HF cache`` (already downloaded from the Hub),
+    ``release cache`` (a third-party release already fetched and converted), ``download: Hub`` or
+    ``download: publisher`` (needs the network on first use); ``path`` is the local folder if any.
+    """
+    import os
+
+    from cl_zoo.bundled import installed_folder
+    from cl_zoo.checkpoint.hub import find_bundled, registered_repo_id
+    from cl_zoo.convert.sources import cache_root
+    from cl_zoo.registry import get_pretrained
+
+    cfg = get_pretrained(name).cfg
+    if cfg.bundled and (folder := find_bundled(cfg.bundled)) is not None:
+        wheel, env = installed_folder("model_cards"), os.environ.get("CL_ZOO_MODEL_CARDS")
+        if env and folder.parent == Path(env):
+            where = "CL_ZOO_MODEL_CARDS"
+        else:
+            where = "wheel" if wheel is not None and folder.parent == wheel else "checkout"
+        return {"where": where, "path": str(folder)}
+    repo_id = registered_repo_id(cfg)
+    if repo_id is not None:
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(repo_id, "config.json", revision=cfg.revision)
+        except Exception:  # noqa: BLE001 - a malformed id or cache reads as "not cached"
+            cached = None
+        if isinstance(cached, str):
+            return {"where": "HF cache", "path": str(Path(cached).parent)}
+    if cfg.url and (cache_root() / name / "config.json").is_file():
+        return {"where": "release cache", "path": str(cache_root() / name)}
+    if repo_id is not None:
+        return {"where": "download: Hub", "path": None}
+    return {"where": "download: publisher" if cfg.url else "unavailable", "path": None}
 
 
 def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, Any]]:
@@ -67,6 +109,7 @@ def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, A
                 "input_size": list(cfg.input_size),
                 "metrics": dict(cfg.metrics) if kind == "pretrained" else {},
                 "sources": sources,
+                "here": where_here(name) if kind == "pretrained" else None,
             }
         )
     return rows
@@ -80,7 +123,7 @@ def _compact_metrics(metrics: dict[str, Any]) -> str:
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    header = ["name", "method", "arch", "dataset", "params(M)", "metrics"]
+    header = ["name", "method", "arch", "dataset", "params(M)", "here", "metrics"]
     body = [
         [
             r["name"],
@@ -88,6 +131,7 @@ def _table(rows: list[dict[str, Any]]) -> str:
             r["arch"],
             r["dataset"] or "-",
             f"{r['params'] / 1e6:.2f}",
+            r["here"]["where"] if r["here"] else "-",
             _compact_metrics(r["metrics"]),
         ]
         for r in rows
@@ -103,7 +147,12 @@ def _table(rows: list[dict[str, Any]]) -> str:
 @click.option("--pretrained", is_flag=True, help="Only pretrained checkpoints, not bare architectures.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of the table.")
 def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
-    """List registered models matching PATTERN (a glob, e.g. 'dcl_*' or '*resnet50*')."""
+    """List registered models matching PATTERN (a glob, e.g. 'dcl_*' or '*resnet50*').
+
+    The "here" column says where each checkpoint would load from on this machine, found without
+    the network: wheel (bundled in the installed package), checkout (this source tree's
+    model_cards/), CL_ZOO_MODEL_CARDS, HF cache, release cache (a fetched third-party release), or
+    download: Hub / download: publisher (needs the network once)."""
     rows = model_rows(pattern, pretrained=pretrained)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
@@ -147,6 +196,8 @@ def info_command(name: str, as_json: bool) -> None:
     if row["metrics"]:
         click.echo(f"  metrics      : {_compact_metrics(row['metrics'])}")
     if row["kind"] == "pretrained":
+        here = row["here"]
+        click.echo(f"  loads from   : {here['where']}" + (f" ({here['path']})" if here["path"] else ""))
         if name in RELEASES:
             release = RELEASES[name]
             click.echo(f"  trained by   : {release.trained_by}")

@@ -14,8 +14,6 @@ reaches any recipe key (``--set optim.weight_decay=1e-6 --set method_args.temper
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from cl_zoo.errors import ClZooError
@@ -31,7 +29,7 @@ from cl_zoo.errors import ClZooError
 @click.option("--val", help="Held-out labelled images for the kNN monitor (uses its val/test split if present). "
               "Without it, 5% of the training images are held out.")
 @click.option("--data-root", default=None, help="Where named datasets live (default $CL_ZOO_DATA or ./data).")
-@click.option("--out", "out", required=True, type=click.Path(file_okay=False), help="Run folder (checkpoints, logs, exported model).")
+@click.option("--out", "out", required=True, type=click.Path(), help="Run folder (checkpoints, logs, exported model).")
 @click.option("--epochs", type=int, help="Training epochs.")
 @click.option("--batch-size", type=int, help="Global batch size (all processes together).")
 @click.option("--lr", type=float, help="Base learning rate (scaled by batch/base_batch when lr_scaling is linear).")
@@ -51,10 +49,20 @@ from cl_zoo.errors import ClZooError
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N.")
 @click.option("--stream/--in-memory", default=None, help="Force the streaming DataLoader path or the decoded in-memory path "
               "(default: in memory when the decoded dataset fits in half the device memory).")
-@click.option("--no-progress", is_flag=True, help="No progress bars (logs still print one line per epoch).")
-def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epochs, batch_size, lr, image_size, precision,
-                     knn_every, checkpoint_every, seed, workers, compile_, sync_bn, sets, resume, device, stream, no_progress) -> int:  # noqa: ANN001
+@click.option("--progress/--no-progress", default=True, help="Progress bars (logs still print one line per epoch).")
+@click.option("-q", "--quiet", is_flag=True, help="Quiet: no progress bars (as --no-progress); the epoch lines, warnings and errors still print.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result (run folder, exported model, kNN metrics) as JSON on stdout; logs go to stderr.")
+def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epochs, batch_size, lr, image_size, precision,  # noqa: ANN001
+                     knn_every, checkpoint_every, seed, workers, compile_, sync_bn, sets, resume, device, stream, progress=True,
+                     quiet=False, as_json=False) -> int:
     """Pretrain a backbone with a contrastive method and export it in the zoo's format."""
+    import contextlib
+    import json
+    import sys
+
+    from cl_zoo.fileio import check_output_path
+
+    run_dir = check_output_path(out, folder=True, create_parents=True)  # before the training code is imported, data opened or a model built
     from cl_zoo.train.loop import Trainer
     from cl_zoo.train.recipe import Recipe, parse_overrides, schedule_rescale_note
 
@@ -64,7 +72,6 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
         "workers": workers, "compile": compile_, "sync_bn": sync_bn,
     }
     overrides.update(parse_overrides(sets))
-    run_dir = Path(out)
     saved = run_dir / "recipe.yaml"
     if recipe_path:
         base = Recipe.load(recipe_path)
@@ -77,13 +84,18 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
     recipe = base.with_overrides(overrides)
     note = schedule_rescale_note(base, recipe)
     if note:
-        click.echo(note)
+        click.echo(note, err=as_json)
     if data is None and not resume:
         raise ClZooError("give --data: a folder of images, an archive of one, or a named dataset")
-    trainer = Trainer(recipe, data, run_dir, val=val, data_root=data_root, resume=resume, device=device, stream=stream,
-                      progress=not no_progress)
-    result = trainer.fit()
-    if result.model_dir is not None:
+    # --json: stdout carries only the JSON, so the trainer's log lines go to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        trainer = Trainer(recipe, data, run_dir, val=val, data_root=data_root, resume=resume, device=device, stream=stream,
+                          progress=progress and not quiet)
+        result = trainer.fit()
+    if as_json:
+        click.echo(json.dumps({"run": str(result.run_dir), "model": str(result.model_dir) if result.model_dir else None,
+                               "epochs": result.epochs, "metrics": result.metrics}, indent=1))
+    elif result.model_dir is not None:
         knn = ", ".join(f"{k}={100 * v:.2f}%" for k, v in sorted(result.metrics.items()))
         click.echo(f"exported {result.model_dir}" + (f" ({knn})" if knn else ""))
     return 0

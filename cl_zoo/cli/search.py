@@ -20,20 +20,40 @@ if TYPE_CHECKING:
     import numpy as np
 
 
-@click.command("search")
+class SearchCommand(click.Command):
+    """``search``, refusing the old ``-q PATH`` spelling of ``--query`` in one line.
+
+    ``-q`` is ``--quiet`` in every command now; before, it was ``--query`` here, so a script's
+    ``search EMB -q photo.jpg`` would otherwise end in click's "unexpected extra argument".
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        has_query = any(a == "--query" or a.startswith("--query=") for a in args)
+        for flag, following in zip(args, args[1:]):
+            if flag == "-q" and not following.startswith("-") and not has_query:
+                raise ClZooError(f"-q means --quiet in every cl-zoo command; give query images with --query (--query {following})")
+        return super().parse_args(ctx, args)
+
+
+@click.command("search", cls=SearchCommand)
 @click.argument("embeddings", type=click.Path())
-@click.option("-q", "--query", "queries", multiple=True, required=True, help="Query image, folder or list of paths (repeatable).")
+@click.option("--query", "queries", multiple=True, required=True,
+              help="Query image, folder or list of paths (repeatable; -q was its short form before it meant --quiet).")
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1), help="Neighbours per query.")
-@click.option("--index", "kind", default="flat", show_default=True, type=click.Choice(["flat", "ivf", "hnsw"]))
+@click.option("--index", "kind", default="flat", show_default=True, type=click.Choice(["flat", "ivf", "hnsw"]),
+              help="Index built over the embeddings when no --index-file is given: flat is exact.")
 @click.option("--nlist", default=None, type=click.IntRange(min=1), help="IVF lists (default ~4*sqrt(N)).")
 @click.option("--nprobe", default=None, type=click.IntRange(min=1), help="IVF lists visited per query (default 16).")
-@click.option("--save-index", default=None, type=click.Path(dir_okay=False), help="Write the built index here for reuse.")
+@click.option("--save-index", default=None, type=click.Path(), help="Write the built index here for reuse (checked before anything is read).")
 @click.option("--index-file", "--load-index", "load_index", default=None, type=click.Path(dir_okay=False),
               help="Reuse an index written by cl-zoo index (with its tuned search parameters) or by --save-index.")
 @click.option("-m", "--model", default=None, help="Model for the queries (default: the one recorded with the embeddings).")
-@click.option("--device", default="auto", show_default=True)
-@click.option("-j", "--workers", default=0, show_default=True, type=click.IntRange(min=0))
+@click.option("--device", default="auto", show_default=True, help="Device that embeds the queries: auto, cpu, cuda or cuda:N.")
+@click.option("-j", "--workers", default=0, show_default=True, type=click.IntRange(min=0), help="Decoding processes for the query images (0: in this process).")
+@click.option("-q", "--quiet", is_flag=True, help="Quiet: no notes on stderr; results, warnings and errors still print.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+@click.option("--plot", default=None, type=click.Path(),
+              help="Also draw a PNG grid: a row per query (first 8), the query then its neighbours with their cosine scores.")
 def search_command(
     embeddings: str,
     queries: tuple[str, ...],
@@ -47,6 +67,8 @@ def search_command(
     device: str,
     workers: int,
     as_json: bool,
+    plot: str | None = None,
+    quiet: bool = False,
 ) -> int:
     """Nearest neighbours (cosine similarity) of query images among saved EMBEDDINGS.
 
@@ -54,11 +76,18 @@ def search_command(
     --out DIR/ run wrote (checked against its manifest). With --index-file the embeddings' row
     paths are read, not their features.
     """
+    if save_index:  # before faiss and the embedding code are imported (seconds), long before a model loads
+        from cl_zoo.fileio import check_output_path
+
+        check_output_path(save_index, option="--save-index")
     from cl_zoo import search as S
     from cl_zoo.data.images import discover_images
     from cl_zoo.embedding import extract_features, load_embedding_model, load_embeddings, resolve_model_reference
 
     S.require_faiss("cl-zoo search")  # before the embeddings are read and the queries embedded
+    from cl_zoo.eval import grids
+
+    grids.check_plot_option(plot, "cl-zoo search --plot")
     features = None
     if load_index:  # the index answers; only row paths and the model are needed from the embeddings
         from cl_zoo.index import load_saved_index
@@ -74,7 +103,7 @@ def search_command(
     if not spec:
         raise ClZooError(f"{embeddings} does not record its model; pass --model")
     query_files = discover_images(queries)
-    if query_files.repeats:
+    if query_files.repeats and not quiet:
         click.echo(f"skipped {query_files.repeats} linked query folder{'s' if query_files.repeats != 1 else ''} already walked (symlink repeats or loops)", err=True)
     net = load_embedding_model(spec)
     result = extract_features(net, query_files, batch_size=32, device=device, workers=workers)
@@ -106,6 +135,12 @@ def search_command(
             click.echo(shown(entry["query"]))
             for hit in entry["results"]:
                 click.echo(f"  {hit['score']:.4f}  {shown(hit['path'])}")
+    if plot:
+        grids.plot_neighbours(report, plot, title=f"nearest neighbours by cosine similarity ({grids.short_name(spec, 48)})")
+        drawn = min(len(report), grids.MAX_ROWS)
+        if not quiet:
+            click.echo(f"wrote {shown(plot)}: {drawn} of {len(report)} queries, "
+                       f"up to {min(k, grids.MAX_COLUMNS - 1)} neighbours each", err=True)
     return 0
 
 
@@ -115,11 +150,16 @@ def search_command(
     "-t", "--threshold", default=None, type=float,
     help="Cosine similarity that makes two images duplicates (default: the model's calibrated threshold, else 0.99).",
 )
-@click.option("--show-scores", is_flag=True, help="Also print a histogram of each image's best similarity to another image.")
+@click.option("--show-scores", "-v", "--verbose", "show_scores", is_flag=True,
+              help="Verbose: also print a histogram of each image's best similarity to another image.")
+@click.option("-q", "--quiet", is_flag=True, help="Quiet: no notes on stderr (the threshold's origin, the index used); results, warnings and errors still print.")
 @click.option("--index-file", default=None, type=click.Path(dir_okay=False),
               help="Find pairs through an index written by cl-zoo index instead of comparing all pairs (approximate: it may miss pairs).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
-def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, index_file: str | None, as_json: bool) -> int:
+@click.option("--plot", default=None, type=click.Path(),
+              help="Also draw a PNG grid: a row per group (first 8), each image's cosine similarity to the group's first.")
+def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, index_file: str | None, as_json: bool,
+                  plot: str | None = None, quiet: bool = False) -> int:
     """List groups of near-duplicate images in saved EMBEDDINGS (transitive groups).
 
     Without --index-file every pair is compared (exact). With it, each image's candidates come
@@ -136,6 +176,9 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
     from cl_zoo.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores, require_faiss
 
     require_faiss("cl-zoo dedup")  # before the embeddings are read
+    from cl_zoo.eval import grids
+
+    grids.check_plot_option(plot, "cl-zoo dedup --plot")
     saved = None
     if index_file:  # rows come block by block from disk; only the paths are held
         from cl_zoo.index import open_rows
@@ -147,7 +190,8 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
         features, paths, meta = load_embeddings(embeddings)
     if threshold is None:
         threshold, origin = dedup_threshold_for(meta, embeddings)
-        click.echo(f"threshold {threshold} ({origin}; set one with --threshold)", err=True)
+        if not quiet:
+            click.echo(f"threshold {threshold} ({origin}; set one with --threshold)", err=True)
     if saved is not None:
         from cl_zoo.index import index_nearest_neighbour_scores, index_similar_pairs, load_saved_index
 
@@ -156,7 +200,8 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
         index, _ = load_saved_index(index_file, embeddings, count=saved.rows, dims=saved.dims, source=saved.source)
         firsts, seconds, _ = index_similar_pairs(index, rows, threshold)
         groups = groups_from_pairs(saved.rows, firsts, seconds)
-        click.echo(f"pairs found through {index_file} (approximate: pairs the index does not return are missed)", err=True)
+        if not quiet:
+            click.echo(f"pairs found through {index_file} (approximate: pairs the index does not return are missed)", err=True)
     else:
         groups = dedup_groups(features, threshold)
     if show_scores:
@@ -172,6 +217,15 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
                 click.echo(f"  {shown(paths[i])}")
         dupes = sum(len(g) - 1 for g in groups)
         click.echo(f"{len(groups)} groups, {dupes} redundant images of {len(paths)} (threshold {threshold})", err=True)
+    if plot and not groups:
+        click.echo(f"no groups at threshold {threshold}: {shown(plot)} not written", err=True)
+    elif plot:
+        shown_groups = groups[: grids.MAX_ROWS]
+        vectors = rows if saved is not None else features
+        grids.plot_groups([[paths[i] for i in g] for g in shown_groups], [grids.similarity_to_first(vectors, g) for g in shown_groups],
+                          plot, title=f"near-duplicate groups at cosine >= {threshold}\n(scores: cosine to the row's framed first image)")
+        if not quiet:
+            click.echo(f"wrote {shown(plot)}: {len(shown_groups)} of {len(groups)} groups", err=True)
     return 0
 
 

@@ -217,7 +217,7 @@ def evaluate_knn(
     test: Any,
     *,
     ks: Sequence[int] = (20, 200),
-    temperature: float = 0.07,
+    temperature: float = 0.1,  # what every table and model card used (cl-zoo knn's default too)
     metric: str = "cosine",
     seed: int = 0,
     batch_size: int = 256,
