@@ -1,8 +1,8 @@
-"""The README's CPU-tier table, generated from the published folders so it cannot drift from them.
+"""The CPU-tier tables of docs/cpu-tier.md (linked from the README), generated from the published folders so it cannot drift from them.
 
     python scripts/cpu_tier_table.py            # print the table
-    python scripts/cpu_tier_table.py --write    # replace the tables in README.md (between their markers)
-    python scripts/cpu_tier_table.py --check    # exit 1 when README.md differs (tests/test_cpu_tier.py)
+    python scripts/cpu_tier_table.py --write    # replace the tables in docs/cpu-tier.md (between their markers)
+    python scripts/cpu_tier_table.py --check    # exit 1 when docs/cpu-tier.md differs (tests/test_cpu_tier.py)
 
 Every figure comes from ``model_cards/<method>_resnet18.imagenette64_cpu/config.json`` (``cpu_tier``,
 written by scripts/bundle_cpu_tier.py from the evaluation reports in the same folder). A row with
@@ -13,7 +13,7 @@ The transfer table (``cpu_tier.transfer``, scripts/tier_transfer.py) has each ch
 linear probe and BCCD detection AP (mean ± sample sd over fine-tune seeds, the count in brackets), and
 each architecture's random init.
 
-The claims table reads each comparison the README makes (``CLAIMS``) as the gap between two rows'
+The claims table reads each comparison docs/cpu-tier.md makes (``CLAIMS``) as the gap between two rows'
 means against twice their pooled sample sd: sqrt(((n_a - 1) s_a^2 + (n_b - 1) s_b^2) / (n_a + n_b - 2)).
 
 The controls table (``cpu_tier.controls``, scripts/bundle_cpu_tier.py's ``CONTROLS``) puts each control
@@ -29,6 +29,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# Where the tables live: the README links them, so the front page stays short (issue 42).
+DOC = REPO / "docs" / "cpu-tier.md"
 sys.path.insert(0, str(REPO / "scripts"))
 from bundle_cpu_tier import CONTROLS, device_label, read_json  # noqa: E402
 
@@ -40,7 +42,7 @@ CONTROLS_BEGIN, CONTROLS_END = "<!-- cpu-tier-controls -->", "<!-- /cpu-tier-con
 TRANSFER_BEGIN, TRANSFER_END = "<!-- cpu-tier-transfer -->", "<!-- /cpu-tier-transfer -->"
 CLAIMS_BEGIN, CLAIMS_END = "<!-- cpu-tier-claims -->", "<!-- /cpu-tier-claims -->"
 
-# The comparisons the README's prose makes (issue 23): (claim, row A, row B); a row is a tier method or
+# The comparisons docs/cpu-tier.md's prose makes (issue 23): (claim, row A, row B); a row is a tier method or
 # ``control:NAME``. Each is read as mean(A) - mean(B) against twice the pooled seed sd.
 CLAIMS = (
     ("DCL vs SimCLR (decoupling + temperature)", "dcl", "simclr"),
@@ -270,17 +272,17 @@ def replace_block(readme: str, table: str, begin: str = BEGIN, end: str = END) -
     head, sep, rest = readme.partition(begin)
     _, sep2, tail = rest.partition(end)
     if not sep or not sep2:
-        raise SystemExit(f"error: README.md has no {begin} ... {end} block")
+        raise SystemExit(f"error: {DOC.relative_to(REPO)} has no {begin} ... {end} block")
     return f"{head}{begin}\n{table}\n{end}{tail}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--write", action="store_true", help="update README.md in place")
-    parser.add_argument("--check", action="store_true", help="exit 1 when README.md's table is stale")
+    parser.add_argument("--write", action="store_true", help="update docs/cpu-tier.md in place")
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/cpu-tier.md's tables are stale")
     args = parser.parse_args(argv)
     table, controls, transfer = render(), render_controls(), render_transfer()
-    readme_path = REPO / "README.md"
+    readme_path = DOC
     readme = readme_path.read_text(encoding="utf-8")
     updated = replace_block(replace_block(readme, table), controls, CONTROLS_BEGIN, CONTROLS_END)
     updated = replace_block(updated, transfer, TRANSFER_BEGIN, TRANSFER_END)
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     updated = replace_block(updated, claims, CLAIMS_BEGIN, CLAIMS_END)
     if args.check:
         if updated != readme:
-            print("error: README.md's CPU-tier tables are stale: run python scripts/cpu_tier_table.py --write", file=sys.stderr)
+            print("error: docs/cpu-tier.md's CPU-tier tables are stale: run python scripts/cpu_tier_table.py --write", file=sys.stderr)
             return 1
         return 0
     if args.write:
