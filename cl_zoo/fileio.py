@@ -26,8 +26,8 @@ not UTF-8, malformed, nested deep enough to exhaust the parser's recursion, an i
 digits than Python converts) into one line of the caller's error class.
 
 Writing over is the third: a command may replace only what it wrote itself. An output's sidecar
-(``emb.csv``), a progress folder (``emb.parts/``) or a shard (``DIR/emb_00000.npy``) has a name
-that somebody else's file can already hold (a label sheet called ``train.csv`` beside ``--out
+(``emb.meta.json``), a progress folder (``emb.parts/``) or a shard (``DIR/emb_00000.npy``) has a name
+that somebody else's file can already hold (the user's own ``train.meta.json`` beside ``--out
 train.npy``), so before replacing or deleting one the writer recognises it by its content
 (:func:`check_replaceable`, with a recogniser from the module that owns the format), and refuses,
 naming the file, when it is not its own or is not a regular file at all (a folder, a link: a link

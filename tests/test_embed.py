@@ -232,14 +232,13 @@ def test_cli_npy_outputs_and_failures(mixed: Path, model_dir: Path, tmp_path: Pa
     features, paths, meta = load_embeddings(out)
     assert features.shape == (5, 128) and paths == sorted(paths)
     assert [json.loads(line) for line in (out.parent / "emb.paths.jsonl").read_text().splitlines()] == paths
-    csv_rows = (out.parent / "emb.csv").read_text().splitlines()
-    assert csv_rows[0] == "index,path" and csv_rows[1] == f"0,{paths[0]}"
+    assert not (out.parent / "emb.csv").exists()  # one path-list sidecar: the rows are named once (issue 42)
     assert meta["model"] == str(model_dir) and meta["dims"] == 128 and meta["revision"].startswith("sha256:")
     failures = (out.parent / "emb.failures.csv").read_text().splitlines()
     assert failures[0] == "path,reason" and len(failures) == 1 + len(BROKEN)
     assert not (out.parent / "emb.parts").exists()
     assert sorted(p.name for p in out.parent.iterdir()) == sorted(
-        ["emb.npy", "emb.paths.jsonl", "emb.csv", "emb.meta.json", "emb.failures.csv"]
+        ["emb.npy", "emb.paths.jsonl", "emb.meta.json", "emb.failures.csv"]
     )  # no temporary files left behind
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import http.server
 import io
+import json
 import socket
 import tarfile
 import threading
@@ -145,6 +146,46 @@ def test_list_files_are_bounded(photos: Path, tmp_path: Path, monkeypatch: pytes
     (tmp_path / "blob.bin").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(DataError, match="is neither an image .by extension. nor a UTF-8 list of paths"):
         discover_images([tmp_path / "blob.bin"])
+
+
+def test_jsonl_lists_hold_one_json_string_per_line(photos: Path, tmp_path: Path, served: str) -> None:
+    """``.jsonl`` lists (an output's ``.paths.jsonl``) are read as JSON, local or remote, bounded as the
+    others: without the format a name holding a newline split in two, and quotes stayed in the names."""
+    odd = photos / "two\nlines.png"  # a name only JSON lines round-trips
+    odd.write_bytes(image_bytes("red", "PNG"))
+    listing = tmp_path / "list.jsonl"
+    listing.write_text(f'"photos/a.png"\n\n{json.dumps(str(odd))}\n"photos/sub/c.png"\n')
+    expected = [str(photos / "a.png"), str(odd), str(photos / "sub" / "c.png")]
+    assert discover_images([listing]) == sorted(expected)
+    assert resolve_inputs([f"file://{listing}"]).files == sorted(expected)
+    (tmp_path / "remote.jsonl").write_text('"photos/b.jpg"\n"/photos/sub/c.png"\n')
+    assert resolve_inputs([f"{served}/remote.jsonl"]).files == [f"{served}/photos/b.jpg", f"{served}/photos/sub/c.png"]
+    size = listing.stat().st_size
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(images_mod, "MAX_LIST_BYTES", size - 1)
+        with pytest.raises(DataError, match=rf"nor a list of paths of at most {size - 1} bytes") as info:
+            discover_images([listing])
+        one_line(info.value)
+
+
+@pytest.mark.parametrize("text,message", [
+    ('"a.png"\n{"path": "b.png"}\n', "list.jsonl line 2 is dict, not a JSON string path"),
+    ('"a.png"\nb.png\n', "list.jsonl line 2 is not a JSON string"),
+    ('"a.png"\n""\n', "list.jsonl line 2 is an empty string, not a path"),
+    ('[' * 100_000 + '\n', "list.jsonl line 1 is not a JSON string"),
+])
+def test_a_malformed_jsonl_list_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, message: str) -> None:
+    from cl_zoo.cli import main
+
+    listing = tmp_path / "list.jsonl"
+    listing.write_text(text)
+    with pytest.raises(DataError, match=message) as info:
+        discover_images([listing])
+    one_line(info.value)
+    assert main(["embed", str(listing), "-o", str(tmp_path / "emb.npy")]) != 0  # refused before any model loads
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["list.jsonl"]
 
 
 # --- file:// and http:// ------------------------------------------------------------------------

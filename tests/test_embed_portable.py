@@ -1,12 +1,14 @@
 """What a new user trips on with embed outputs (issue 14, points 3, 4 and 7).
 
 Outputs must mean the same from any folder, saved progress must never vanish silently, and embed's
-own CSV must be usable as an image list.
+own path list (``.paths.jsonl``, or an older version's ``.csv``) must be usable as an image list.
 """
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import os
 import shlex
@@ -21,6 +23,7 @@ import cl_zoo
 from cl_zoo.cli import main
 from cl_zoo.data.images import discover_images
 from cl_zoo.embedding import load_embeddings, resolve_model_reference, save_embeddings
+from cl_zoo.errors import DataError
 
 DATA = Path(__file__).parent / "data" / "embed"
 GOOD = ["photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp"]
@@ -129,16 +132,59 @@ def test_saved_parts_are_not_overwritten_without_force(
     assert "resumed 0" in capsys.readouterr().err and not (project / "emb.parts").exists()
 
 
-# -- point 7: CSV path lists --------------------------------------------------------------------
+# -- point 7: embed's outputs as path lists ----------------------------------------------------
 
 
-def test_embed_csv_is_an_image_list(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def old_row_table(paths: list[str]) -> bytes:
+    """The ``index,path`` ``.csv`` sidecar earlier versions wrote beside every ``.npy`` (csv.writer,
+    ``\r\n`` line ends, names that are not UTF-8 as their own bytes)."""
+    buf = io.StringIO(newline="")
+    writer = csv.writer(buf)
+    writer.writerow(["index", "path"])
+    writer.writerows(enumerate(paths))
+    return buf.getvalue().encode("utf-8", errors="surrogateescape")
+
+
+def test_embed_paths_jsonl_is_an_image_list(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An output's one path-list sidecar, ``.paths.jsonl``, is an input list giving the same rows."""
     assert run("embed", "photos", "-m", "runs/x/model", "-o", "emb.npy", "-j", "0", "-q") == 0
+    assert not (project / "emb.csv").exists()  # issue 42: one path-list sidecar, not two
     _, paths, _ = load_embeddings(project / "emb.npy")
-    assert discover_images([project / "emb.csv"]) == paths
-    assert run("embed", "emb.csv", "-m", "runs/x/model", "-o", "again.npy", "-j", "0", "-q") == 0
+    assert discover_images([project / "emb.paths.jsonl"]) == paths
+    assert run("embed", "emb.paths.jsonl", "-m", "runs/x/model", "-o", "again.npy", "-j", "0", "-q") == 0
     assert "skipped 0" in capsys.readouterr().err
     assert (project / "again.npy").read_bytes() == (project / "emb.npy").read_bytes()
+    assert load_embeddings(project / "again.npy")[1] == paths
+
+
+def test_an_old_csv_sidecar_is_still_an_image_list(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Users have ``emb.csv`` tables from earlier versions; they stay usable as lists."""
+    assert run("embed", "photos", "-m", "runs/x/model", "-o", "emb.npy", "-j", "0", "-q") == 0
+    _, paths, _ = load_embeddings(project / "emb.npy")
+    (project / "old.csv").write_bytes(old_row_table(paths))
+    assert discover_images([project / "old.csv"]) == paths
+    assert run("embed", "old.csv", "-m", "runs/x/model", "-o", "again.npy", "-j", "0", "-q") == 0
+    assert "skipped 0" in capsys.readouterr().err
+    assert (project / "again.npy").read_bytes() == (project / "emb.npy").read_bytes()
+
+
+def test_an_old_output_named_only_by_its_csv_still_reads(tmp_path: Path) -> None:
+    """An earlier output whose only listing is its ``index,path`` table: read, names exact."""
+    paths = [str(tmp_path / "two\nlines.jpg"), str(tmp_path / "comma,quote\".jpg"), str(tmp_path) + "/not-utf8-\udcff.jpg"]
+    out = tmp_path / "emb.npy"
+    features = np.arange(6, dtype=np.float32).reshape(3, 2)
+    save_embeddings(out, features, paths, {"model": "x"})
+    (tmp_path / "emb.paths.jsonl").unlink()
+    (tmp_path / "emb.csv").write_bytes(old_row_table(paths))
+    got, names, _ = load_embeddings(out)
+    assert names == paths and np.array_equal(got, features)
+    from cl_zoo.index.source import open_rows
+
+    assert open_rows(out).paths == paths  # what search/dedup/index read
+    (tmp_path / "emb.csv").write_bytes(old_row_table(paths).replace(b"\r\n1,", b"\r\n7,"))
+    with pytest.raises(DataError, match=r"emb.csv row 3 is not '1,<path>'") as info:
+        load_embeddings(out)
+    assert "\n" not in str(info.value)
 
 
 @pytest.mark.parametrize(

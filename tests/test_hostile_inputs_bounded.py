@@ -193,7 +193,7 @@ def test_parquet_lists_are_bounded_by_the_columns_declared_size(tmp_path: Path, 
 @pytest.mark.parametrize("sep", ["\n", "\r", "\x0c", "\u2028"])
 def test_text_lists_are_bounded_by_their_line_breaks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sep: str) -> None:
     monkeypatch.setattr(images, "MAX_LIST_ROWS", 1000)
-    for suffix in (".txt", ".csv"):
+    for suffix in (".txt", ".csv", ".jsonl"):
         listing = tmp_path / f"list{suffix}"
         listing.write_text(sep * 1001, encoding="utf-8")
         with pytest.raises(DataError, match=r"has 1001 lines, more than 1000, the limit for a list of paths"):
@@ -430,7 +430,8 @@ def _list_seeds() -> dict[str, bytes]:
     buf = io.BytesIO()
     pq.write_table(pa.table({"path": ["a.jpg", "sub/b.png", "/abs/c.webp"], "label": [1, 2, 3]}), buf)
     return {"list.txt": b"a.jpg\n# c\nsub/b.png\n/abs/c.webp\n", "list.csv": b"filename,label\na.jpg,1\nsub/b.png,2\n",
-            "list.tsv": b"path\tlabel\na.jpg\t1\n", "list.parquet": buf.getvalue()}
+            "list.tsv": b"path\tlabel\na.jpg\t1\n", "list.parquet": buf.getvalue(),
+            "list.jsonl": b'"a.jpg"\n"sub/b.png"\n"/abs/c.webp"\n'}
 
 
 LIST_SEEDS = _list_seeds()

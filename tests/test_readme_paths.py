@@ -34,7 +34,7 @@ def test_quick_start_writes_into_an_ignored_folder() -> None:
     words = shlex.split(ci_block("quickstart").replace("&&", " && "))
     out = Path(words[words.index("--out") + 1])
     assert out.parent != Path("."), "the quick start must not write embeddings.* into the repository root"
-    assert ignored(out.as_posix()) and ignored(out.with_suffix(".csv").as_posix())
+    assert ignored(out.as_posix()) and ignored(out.with_suffix(".paths.jsonl").as_posix())
     assert f"mkdir -p {out.parent.as_posix()}" in ci_block("quickstart")
 
 

@@ -77,22 +77,63 @@ def embed_args(model: Path, *extra: object) -> list[object]:
 # ------------------------------------------------------------------------------------------------
 
 
-def test_a_label_sheet_used_as_the_path_list_is_not_replaced_by_the_csv_sidecar(
-    photos: Path, model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]  # noqa: F811
+def test_a_label_sheet_used_as_the_path_list_is_left_as_it_is(
+    photos: Path, model_dir: Path, tmp_path: Path  # noqa: F811
 ) -> None:
+    """``.csv`` is no longer a sidecar name (issue 42), so the sheet beside ``--out train.npy`` is
+    neither refused nor touched."""
     work = tmp_path / "work"
     work.mkdir()
     sheet = work / "train.csv"
     sheet.write_text("path,label\n" + "".join(f"{photos / n},{i}\n" for i, n in enumerate(GOOD)))
     before = snapshot(work)
-    err = refused(capsys, "embed", sheet, "-o", work / "train.npy", *embed_args(model_dir))
-    assert "train.csv is also an input" in err
-    assert snapshot(work) == before  # the labels are intact, and nothing else was written
+    assert run_cli("embed", sheet, "-o", work / "train.npy", *embed_args(model_dir)) == 0
+    after = snapshot(work)
+    assert after["train.csv"] == before["train.csv"]  # the labels are intact
+    assert sorted(after) == ["train.csv", "train.meta.json", "train.npy", "train.paths.jsonl"]
+
+
+@pytest.mark.parametrize("content", [
+    b"image,label\r\nphotos/a.jpg,cat\r\n",
+    b"index,path,label\n0,a.jpg,cat\n",  # a header that merely starts like cl-zoo's old one
+    b"",
+])
+def test_a_foreign_csv_beside_the_output_is_left_untouched(
+    photos: Path, model_dir: Path, tmp_path: Path, content: bytes  # noqa: F811
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "emb.csv").write_bytes(content)
+    for _ in range(2):  # a first run and a re-run over it
+        assert run_cli("embed", photos, "-o", work / "emb.npy", *embed_args(model_dir)) == 0
+        assert (work / "emb.csv").read_bytes() == content
+    save_embeddings(work / "emb.npy", np.eye(2, dtype=np.float32), ["a.jpg", "b.jpg"], {})
+    assert (work / "emb.csv").read_bytes() == content
+
+
+def test_an_old_csv_sidecar_of_cl_zoos_is_removed_by_a_new_output(
+    photos: Path, model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]  # noqa: F811
+) -> None:
+    """An earlier version wrote ``index,path`` tables beside each ``.npy``; re-running over such an
+    output removes the table (its rows would contradict the new ones), unless it is an input."""
+    work = tmp_path / "work"
+    work.mkdir()
+    out = work / "emb.npy"
+    assert run_cli("embed", photos, "-o", out, *embed_args(model_dir)) == 0
+    new = snapshot(work)
+    old = "".join(f"{i},{p}\r\n" for i, p in enumerate(sorted(str(photos / n) for n in GOOD))).encode()
+    for line_end in (b"\r\n", b"\n"):
+        (work / "emb.csv").write_bytes(b"index,path" + line_end + old)
+        assert run_cli("embed", photos, "-o", out, *embed_args(model_dir)) == 0
+        assert snapshot(work) == new  # the table is gone and the rest is what the new version writes
+    # Not an input, though: the old table as the list for the same output would be deleted by the run.
+    (work / "emb.csv").write_bytes(b"index,path\r\n" + old)
+    before = snapshot(work)
+    assert "emb.csv is also an input" in refused(capsys, "embed", work / "emb.csv", "-o", out, *embed_args(model_dir))
+    assert snapshot(work) == before
 
 
 @pytest.mark.parametrize("suffix,content,what", [
-    (".csv", b"image,label\r\nphotos/a.jpg,cat\r\n", "row table"),
-    (".csv", b"index,path,label\n0,a.jpg,cat\n", "row table"),  # a header that merely starts like ours
     (".paths.jsonl", b'{"path": "a.jpg", "label": 1}\n', "path list"),
     (".meta.json", b'{"experiment": "mine"}\n', "metadata"),
     (".failures.csv", b"file,why\n", "failure report"),
@@ -115,17 +156,28 @@ def test_a_foreign_file_with_a_sidecar_name_is_refused_not_replaced(
 
 
 def test_a_folder_or_link_with_a_sidecar_name_is_refused(tmp_path: Path) -> None:
-    (tmp_path / "emb.csv").mkdir()
+    (tmp_path / "emb.paths.jsonl").mkdir()
     (tmp_path / "target.json").write_bytes(b'{"dims": 1, "count": 1, "dtype": "float32"}')
     (tmp_path / "emb.meta.json").symlink_to(tmp_path / "target.json")
     before = snapshot(tmp_path)
     with pytest.raises(DataError, match="is not a file"):
         save_embeddings(tmp_path / "emb.npy", np.eye(2, dtype=np.float32), ["a.jpg", "b.jpg"], {})
-    shutil.rmtree(tmp_path / "emb.csv")
+    shutil.rmtree(tmp_path / "emb.paths.jsonl")
     with pytest.raises(DataError, match="symbolic link"):
         save_embeddings(tmp_path / "emb.npy", np.eye(2, dtype=np.float32), ["a.jpg", "b.jpg"], {})
-    before.pop("emb.csv")
+    before.pop("emb.paths.jsonl")
     assert snapshot(tmp_path) == before
+
+
+def test_a_folder_or_link_named_like_the_old_csv_sidecar_is_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "table.csv").write_bytes(b"index,path\r\n0,a.jpg\r\n1,b.jpg\r\n")  # cl-zoo's content, behind a link
+    (tmp_path / "emb.csv").symlink_to(tmp_path / "table.csv")
+    (tmp_path / "other.csv").mkdir()
+    before = snapshot(tmp_path)
+    for out in ("emb.npy", "other.npy"):
+        save_embeddings(tmp_path / out, np.eye(2, dtype=np.float32), ["a.jpg", "b.jpg"], {})
+    after = snapshot(tmp_path)
+    assert {k: after[k] for k in before} == before
 
 
 def test_an_output_equal_to_an_input_is_refused(photos: Path, model_dir: Path, tmp_path: Path,  # noqa: F811
@@ -158,7 +210,7 @@ def test_cl_zoos_own_outputs_are_replaced_and_a_users_paths_txt_is_kept(
     first = snapshot(work)
     assert run_cli("embed", photos, "-o", out, *embed_args(model_dir)) == 0
     assert snapshot(work) == first  # same inputs, same bytes: every file was ours to replace
-    assert (work / "emb.csv").read_bytes().startswith(b"index,path\r\n")
+    assert sorted(first) == ["emb.meta.json", "emb.npy", "emb.paths.jsonl", "emb.paths.txt"]  # no .csv (issue 42)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -345,6 +397,8 @@ def embeddings(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("out", ["emb.npy", "emb.meta", "emb.csv", "emb.paths.jsonl"])
 def test_index_refuses_to_write_over_its_embeddings(embeddings: Path, capsys: pytest.CaptureFixture[str], out: str) -> None:
     pytest.importorskip("faiss")
+    if out == "emb.csv":  # the row table of an output an earlier version wrote
+        (embeddings.parent / out).write_bytes(b"index,path\r\n" + "".join(f"{i},{i}.jpg\r\n" for i in range(20)).encode())
     before = snapshot(embeddings.parent)
     err = refused(capsys, "index", embeddings, "--out", embeddings.parent / out, "--max-memory", "1G", "-q")
     assert "is also an input" in err

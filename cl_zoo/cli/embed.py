@@ -23,7 +23,7 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
 @click.argument("paths", nargs=-1, required=True)
 @click.option("-m", "--model", default=None, help="Registered name, checkpoint folder/file or hf-hub:owner/name (default: the bundled model).")
 @click.option("-o", "--out", default=None,
-              help="Required. Output .npy (with .paths.jsonl/.csv/.meta.json sidecars) or .parquet; or a folder (DIR/, or no "
+              help="Required. Output .npy (with .paths.jsonl/.meta.json sidecars) or .parquet; or a folder (DIR/, or no "
                    "suffix) of numbered shards emb_00000.npy + meta_00000.parquet + manifest.json, for collections larger "
                    "than memory. Checked before the model loads.")
 @click.option("--image-key", default=None, metavar="EXTS",
@@ -75,10 +75,11 @@ def embed_command(
 ) -> int:
     """Embed images (jpg, png, webp, bmp, tiff, gif) found in PATHS.
 
-    Each PATH is an image, a folder (searched recursively), a list of paths (.txt, or the path
-    column of a .csv/.tsv/.parquet), or WebDataset tar shards (data-{000..009}.tar), each local or an fsspec
-    URL (file://, http://, ...). Rows come in sorted path order (tar order for shards). Unreadable
-    files are skipped and listed in OUT.failures.csv (failures_NNNNN.csv in a folder output).
+    Each PATH is an image, a folder (searched recursively), a list of paths (.txt, .jsonl of JSON
+    strings such as an earlier OUT.paths.jsonl, or the path column of a .csv/.tsv/.parquet), or
+    WebDataset tar shards (data-{000..009}.tar), each local or an fsspec URL (file://, http://, ...).
+    Rows come in sorted path order (tar order for shards). Unreadable files are skipped and listed in
+    OUT.failures.csv (failures_NNNNN.csv in a folder output).
     """
     from cl_zoo.fileio import check_output_path, check_replaceable
     from cl_zoo.torchrun import torchrun_env

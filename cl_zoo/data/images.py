@@ -11,7 +11,9 @@ so a 2400x1600 photo needed at 256 px costs a fraction of a full decode. The dec
 :func:`decode_image`, takes an open binary file or bytes, so images that never were local files
 (a member of a WebDataset tar, an ``http://`` download) are refused for the same reasons as files.
 
-Path lists are text (one path a line), CSV/TSV tables or Parquet tables; their size is bounded
+Path lists are text (one path a line), JSON lines (one JSON string a line, as ``cl-zoo embed``'s
+``.paths.jsonl`` sidecar: the one format in which every file name round-trips), CSV/TSV tables or
+Parquet tables; their size is bounded
 (:data:`MAX_LIST_BYTES`) because any non-image file given as an input is read as a list, and a
 10 GB video named by mistake must be refused, not read into memory.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import csv
 import errno
 import io
+import json
 import os
 import re
 import struct
@@ -132,6 +135,8 @@ def _walk_images(folder: str) -> tuple[list[str], int]:
 # Path lists in these formats are tables: the paths are one column of each row.
 TABLE_LIST_EXTENSIONS: dict[str, str] = {".csv": ",", ".tsv": "\t"}
 PARQUET_LIST_EXTENSIONS: frozenset[str] = frozenset({".parquet"})
+# Path lists in this format hold one JSON string per line: cl-zoo embed's ``.paths.jsonl`` sidecar.
+JSON_LIST_EXTENSIONS: frozenset[str] = frozenset({".jsonl"})
 PATH_COLUMNS = ("path", "filepath", "file_path", "filename", "file", "image", "image_path")
 # The largest path list read: the file for text/CSV/TSV lists (any non-image input is read as one),
 # the decoded path column for Parquet. 1 GiB is some 15 million 64-character paths; collections
@@ -182,6 +187,30 @@ def _table_column(rows: list[list[str]], present: Callable[[str], bool]) -> list
     if len(rows) > 1 and not looks_like_path(first) and looks_like_path(rows[1][0]):
         rows = rows[1:]
     return [r[0].strip() for r in rows if r[0].strip()]
+
+
+def parse_json_lines(text: str, name: str) -> list[str]:
+    """The paths of a JSON-lines list: one JSON string per ``\n``-terminated line, blank lines skipped.
+
+    Split on ``\n`` only: JSON escapes every line break inside a string, while a raw ``\r`` or
+    U+2028 may legally sit in one, so splitting on every Unicode break would cut names apart. Any
+    other row (an object, a number, a bare name) is refused naming its line, rather than guessed at:
+    the format exists so that names are exact.
+    """
+    paths = []
+    for n, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except (ValueError, RecursionError):
+            raise DataError(f"{name} line {n} is not a JSON string") from None
+        if not isinstance(value, str):
+            raise DataError(f"{name} line {n} is {type(value).__name__}, not a JSON string path")
+        if not value:
+            raise DataError(f"{name} line {n} is an empty string, not a path")
+        paths.append(value)
+    return paths
 
 
 def _parquet_paths(source: bytes | IO[bytes], name: str) -> list[str]:
@@ -253,8 +282,9 @@ def parse_path_list(data: bytes, name: str, present: Callable[[str], bool] | Non
     ``present`` says whether a cell is an existing file, for the CSV header rule of
     :func:`_table_column` (a remote list has no such test and relies on names alone). A
     ``.parquet`` list is a table (:func:`_parquet_paths`), a ``.csv``/``.tsv`` one too, so
-    ``cl-zoo embed``'s own outputs or a ``filename,label`` sheet work; any other file has one path
-    per line with ``#`` comments.
+    ``cl-zoo embed``'s own outputs or a ``filename,label`` sheet work; a ``.jsonl`` list has one JSON
+    string per line (:func:`parse_json_lines`, e.g. an output's ``.paths.jsonl``); any other file has
+    one path per line with ``#`` comments.
     """
     extension = list_extension(name)
     if extension in PARQUET_LIST_EXTENSIONS:
@@ -266,6 +296,8 @@ def parse_path_list(data: bytes, name: str, present: Callable[[str], bool] | Non
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise DataError(f"{name} is neither an image (by extension) nor a UTF-8 list of paths") from None
+    if extension in JSON_LIST_EXTENSIONS:
+        return parse_json_lines(text, name)
     delimiter = TABLE_LIST_EXTENSIONS.get(extension)
     if delimiter is not None:
         try:
@@ -313,8 +345,9 @@ def discover_images(paths: Iterable[str | os.PathLike[str]]) -> FoundImages:
     Folders are walked with :class:`LinkSafeWalk`: linked folders are followed once, never in a
     loop; the result's ``repeats`` counts the linked folders skipped as already walked, for the
     caller to report. Each entry may be an image file, a folder (searched recursively, hidden entries skipped) or a
-    file listing paths (one per line, ``#`` comments; a ``.csv``/``.tsv``/``.parquet`` file gives its
-    ``path`` column, or its first text one; URL entries stay URLs). Files listed in a list are kept
+    file listing paths (one per line, ``#`` comments; a ``.jsonl`` file one JSON string per line; a
+    ``.csv``/``.tsv``/``.parquet`` file gives its ``path`` column, or its first text one; URL entries
+    stay URLs). Files listed in a list are kept
     even when they are missing or broken, so that they show up in the failures report of whatever
     reads them; a path given directly that does not exist, or a source with no image at all, is a
     user mistake and raises :class:`DataError`.
@@ -451,6 +484,7 @@ def load_image(path: str | os.PathLike[str], min_short_side: int | None = None) 
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "JSON_LIST_EXTENSIONS",
     "MAX_LIST_BYTES",
     "MAX_LIST_ROWS",
     "PATH_COLUMNS",
@@ -465,6 +499,7 @@ __all__ = [
     "list_extension",
     "load_image",
     "os_reason",
+    "parse_json_lines",
     "parse_path_list",
     "to_rgb",
 ]

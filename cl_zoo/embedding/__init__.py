@@ -2,7 +2,7 @@
 
 The package has one room per concern, and these are the names other modules import:
 
-* :mod:`.inputs` reads what to embed: image files, folders, path lists (txt/csv/parquet) and
+* :mod:`.inputs` reads what to embed: image files, folders, path lists (txt/jsonl/csv/parquet) and
   WebDataset tar shards, local or through fsspec URLs;
 * :mod:`.preprocess` turns a file into the pixels the model was trained on;
 * :mod:`.engine` runs the model (torch, OpenVINO fp32/bf16/int8) and :mod:`.extract` is the one

@@ -1,8 +1,18 @@
-"""Embedding files: one ``.npy`` with its sidecars, or one ``.parquet``, written atomically and read as untrusted."""
+"""Embedding files: one ``.npy`` with its sidecars, or one ``.parquet``, written atomically and read as untrusted.
+
+A ``.npy`` output has two sidecars: ``.paths.jsonl`` (its rows' paths, one JSON string per line)
+and ``.meta.json``. Its rows are named once: the ``index,path`` ``.csv`` table earlier versions also
+wrote said the same thing again, and could not round-trip every name in every CSV reader, so it is
+no longer written (issue 42). Outputs of earlier versions still read: their ``.paths.txt`` listing,
+or, when nothing else names the rows, their ``.csv`` table; and a new output written over an old one
+removes the old one's ``.csv`` (only when its first line is cl-zoo's ``index,path`` header), so no
+stale table stays beside new embeddings.
+"""
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
 from pathlib import Path
@@ -14,7 +24,7 @@ from cl_zoo.embedding.checks import (
     NonFiniteFeatureError,
     display_path,
 )
-from cl_zoo.data.images import is_url
+from cl_zoo.data.images import is_url, parse_json_lines
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, atomic_path, check_replaceable, read_head, read_json, refuse_inputs_as_outputs
 from cl_zoo.optional import require
@@ -23,7 +33,7 @@ OUTPUT_SUFFIXES = (".npy", ".parquet")
 
 
 def sidecar(out: str | os.PathLike[str], suffix: str) -> Path:
-    """``emb.npy`` -> ``emb<suffix>`` (``.paths.jsonl``, ``.csv``, ``.failures.csv``, ``.parts``...)."""
+    """``emb.npy`` -> ``emb<suffix>`` (``.paths.jsonl``, ``.meta.json``, ``.failures.csv``, ``.parts``...)."""
     out = Path(out)
     return out.with_name(out.stem + suffix)
 
@@ -37,18 +47,20 @@ def _atomic_write(final: Path, write: Any) -> None:
 
 PATHS_SIDECAR = ".paths.jsonl"
 LEGACY_PATHS_SIDECAR = ".paths.txt"
+# The index,path row table earlier versions wrote beside a .npy: read when nothing else names the
+# rows, removed when a new output replaces the old one, never written.
 CSV_SIDECAR = ".csv"
 META_SIDECAR = ".meta.json"
 FAILURES_SIDECAR = ".failures.csv"
 PARTS_SIDECAR = ".parts"
-# The first line of each CSV cl-zoo writes (csv.writer ends lines with \r\n): its marker.
+# The first line of each CSV cl-zoo writes or wrote (csv.writer ends lines with \r\n): its marker.
 _CSV_HEAD = b"index,path"
 _FAILURES_HEAD = b"path,reason"
 
 
 def _csv_with_header(path: Path, header: bytes) -> bool:
-    head = read_head(path, len(header) + 2)
-    return head in (header + b"\r\n", header + b"\n")
+    head = read_head(path, len(header) + 2)  # a "\n" line end leaves the next row's first byte in it
+    return head.startswith((header + b"\r\n", header + b"\n"))
 
 
 def _is_path_list(path: Path) -> bool:
@@ -73,7 +85,8 @@ def _is_metadata(path: Path) -> bool:
     return isinstance(meta, dict) and {"dims", "count", "dtype"} <= meta.keys()
 
 
-# Sidecar -> (recogniser of cl-zoo's own file, what it is): the only files beside an output it replaces.
+# Sidecar -> (recogniser of cl-zoo's own file, what it is): the only files beside an output it
+# replaces or removes (the .csv only removes: see old_row_table).
 OWN_SIDECARS = {
     PATHS_SIDECAR: (_is_path_list, "an embeddings path list (.paths.jsonl)"),
     CSV_SIDECAR: (lambda p: _csv_with_header(p, _CSV_HEAD), "an embeddings row table (index,path)"),
@@ -85,7 +98,20 @@ OWN_SIDECARS = {
 def sidecars_of(out: str | os.PathLike[str]) -> list[str]:
     """The sidecar suffixes written (or, for a stale failure report, deleted) beside ``out``."""
     npy = Path(out).suffix.lower() == ".npy"
-    return [*((PATHS_SIDECAR, CSV_SIDECAR, META_SIDECAR) if npy else ()), FAILURES_SIDECAR]
+    return [*((PATHS_SIDECAR, META_SIDECAR) if npy else ()), FAILURES_SIDECAR]
+
+
+def old_row_table(out: str | os.PathLike[str]) -> Path | None:
+    """The ``index,path`` ``.csv`` an earlier version wrote beside a ``.npy`` ``out``, if one is there.
+
+    Writing ``out`` removes it, since its rows would contradict the new ones. Anything else with that
+    name (a ``train.csv`` of labels beside ``--out train.npy``, a link, a folder) is not ours and is
+    left alone: that name is no longer written, so there is nothing to refuse.
+    """
+    if Path(out).suffix.lower() != ".npy":
+        return None
+    table = sidecar(out, CSV_SIDECAR)
+    return table if OWN_SIDECARS[CSV_SIDECAR][0](table) else None  # read_head: links and non-files read as b""
 
 
 def check_output_files(out: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]] = ()) -> int | None:
@@ -93,14 +119,17 @@ def check_output_files(out: str | os.PathLike[str], inputs: Sequence[str | os.Pa
 
     ``out`` may be replaced (the user named it) unless it is one of ``inputs``; each sidecar must be
     absent or recognisably cl-zoo's (:data:`OWN_SIDECARS`); and so must the progress folder
-    (:mod:`cl_zoo.embedding.parts`). Returns the row count a ``.meta.json`` of cl-zoo's records
-    when one is there (an earlier output, whose older ``.paths.txt`` listing may then be removed).
+    (:mod:`cl_zoo.embedding.parts`). An old ``.csv`` table of cl-zoo's, which writing ``out``
+    removes (:func:`old_row_table`), must not be an input either. Returns the row count a
+    ``.meta.json`` of cl-zoo's records when one is there (an earlier output, whose older
+    ``.paths.txt`` listing may then be removed).
     """
     from cl_zoo.embedding.parts import check_progress_folder
 
     out = Path(out)
     names = sidecars_of(out)
-    refuse_inputs_as_outputs([out, *(sidecar(out, s) for s in names), sidecar(out, PARTS_SIDECAR)], inputs)
+    removed = [t for t in (old_row_table(out),) if t is not None]
+    refuse_inputs_as_outputs([out, *(sidecar(out, s) for s in names), sidecar(out, PARTS_SIDECAR), *removed], inputs)
     found = {s: check_replaceable(sidecar(out, s), OWN_SIDECARS[s][0], OWN_SIDECARS[s][1]) for s in names}
     check_progress_folder(sidecar(out, PARTS_SIDECAR))
     if not found.get(META_SIDECAR):
@@ -136,7 +165,7 @@ def write_path_list(final: str | os.PathLike[str], paths: Sequence[str]) -> Path
 
 
 def read_path_list(listing: str | os.PathLike[str]) -> list[str]:
-    """The row paths of an embeddings file: ``.paths.jsonl`` lines, or an old ``.paths.txt``.
+    """The row paths of an embeddings file: ``.paths.jsonl`` lines, an old ``.paths.txt`` or ``.csv``.
 
     Old listings hold one raw name per ``\n``-terminated line (what earlier versions wrote), so
     they are split on ``\n`` only: splitting on every Unicode line break, as before, miscounted
@@ -147,6 +176,8 @@ def read_path_list(listing: str | os.PathLike[str]) -> list[str]:
         data = listing.read_bytes()
     except OSError as exc:
         raise DataError(f"cannot read {listing}: {exc.strerror or exc}") from None
+    if listing.name.endswith(CSV_SIDECAR):
+        return _read_row_table(data, listing)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -156,36 +187,53 @@ def read_path_list(listing: str | os.PathLike[str]) -> list[str]:
         lines.pop()
     if listing.name.endswith(LEGACY_PATHS_SIDECAR):
         return lines
-    paths = []
-    for n, line in enumerate(lines, 1):
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):
-            raise DataError(f"{listing} line {n} is not a JSON string") from None
-        if not isinstance(value, str):
-            raise DataError(f"{listing} line {n} is {type(value).__name__}, not a JSON string path")
-        paths.append(value)
+    return parse_json_lines(text, str(listing))
+
+
+def _read_row_table(data: bytes, listing: Path) -> list[str]:
+    """The paths of an ``index,path`` table an earlier version wrote, checked row by row.
+
+    Those tables were written with ``surrogateescape`` (a name that is not UTF-8 as its own bytes),
+    so they are read back the same way, and the CSV quoting keeps names with line breaks whole.
+    """
+    rows = csv.reader(io.StringIO(data.decode("utf-8", errors="surrogateescape"), newline=""))
+    try:
+        if next(rows, None) != ["index", "path"]:
+            raise DataError(f"{listing} does not start with cl-zoo's index,path header")
+        paths = []
+        for n, row in enumerate(rows):
+            if len(row) != 2 or row[0] != str(n):
+                raise DataError(f"{listing} row {n + 2} is not '{n},<path>'")
+            paths.append(row[1])
+    except csv.Error as exc:
+        raise DataError(f"{listing} is not a readable CSV table ({exc})") from None
     return paths
 
 
 def path_listing(embeddings: str | os.PathLike[str]) -> Path:
-    """The sidecar naming the rows of a ``.npy``: ``.paths.jsonl``, else an old ``.paths.txt``."""
+    """The sidecar naming the rows of a ``.npy``: ``.paths.jsonl``, else an old ``.paths.txt``, else
+    an old ``index,path`` ``.csv`` (the name returned, when none is there, is ``.paths.jsonl``)."""
     listing = sidecar(embeddings, PATHS_SIDECAR)
+    if listing.is_file():
+        return listing
     legacy = sidecar(embeddings, LEGACY_PATHS_SIDECAR)
-    return legacy if not listing.is_file() and legacy.is_file() else listing
+    if legacy.is_file():
+        return legacy
+    return old_row_table(embeddings) or listing
 
 
 def save_embeddings(
     out: str | os.PathLike[str], features: np.ndarray, paths: Sequence[str], metadata: dict[str, str], *, half: bool = False
 ) -> list[Path]:
-    """Write ``.npy`` (+ ``.paths.jsonl``, ``.csv``, ``.meta.json``) or ``.parquet``; returns the files.
+    """Write ``.npy`` (+ ``.paths.jsonl``, ``.meta.json``) or ``.parquet``; returns the files.
 
     Every file is written under a temporary name and renamed into place, the sidecars before the
     array, so a reader never sees an array without its row names. Row paths are stored absolute,
     so the file means the same thing from any working directory. A sidecar name already taken by a
-    file cl-zoo did not write (``train.csv`` beside ``train.npy``) is refused before anything is
-    written (:func:`check_output_files`). A ``.paths.txt`` left by an older version beside an
-    earlier output is removed, so no stale listing contradicts the new one.
+    file cl-zoo did not write (a ``train.meta.json`` of the user's beside ``train.npy``) is refused
+    before anything is written (:func:`check_output_files`). A ``.paths.txt`` or ``index,path``
+    ``.csv`` left by an older version beside an earlier output is removed, so no stale listing
+    contradicts the new one; a ``train.csv`` of anybody else's stays as it is.
     Non-finite features are refused (:class:`NonFiniteFeatureError`) before anything is written.
     """
     out = Path(out)
@@ -203,6 +251,7 @@ def save_embeddings(
     earlier = check_output_files(out)  # before any write: a sidecar name may hold somebody else's file
     legacy = sidecar(out, LEGACY_PATHS_SIDECAR)
     stale = _is_legacy_listing_of(legacy, earlier)
+    old_table = old_row_table(out)
     meta: dict[str, object] = {**metadata, "dims": int(array.shape[1]), "count": len(paths), "dtype": str(array.dtype)}
     if out.suffix.lower() == ".parquet":
         pa = require("pyarrow", "--out F.parquet")
@@ -219,18 +268,7 @@ def save_embeddings(
                                                for k, v in meta.items()})
         _atomic_write(out, lambda tmp: pq.write_table(table, tmp))
         return [out]
-    written = []
     listing = write_path_list(sidecar(out, PATHS_SIDECAR), paths)
-    table = sidecar(out, CSV_SIDECAR)
-
-    def write_csv(tmp: str) -> None:
-        # surrogateescape: a name that is not UTF-8 is written as its own bytes, i.e. the real name.
-        with open(tmp, "w", newline="", encoding="utf-8", errors="surrogateescape") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(["index", "path"])
-            writer.writerows(enumerate(paths))
-
-    _atomic_write(table, write_csv)
     info = sidecar(out, META_SIDECAR)
     _atomic_write(info, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
 
@@ -241,8 +279,9 @@ def save_embeddings(
     _atomic_write(out, write_npy)
     if stale:  # the listing of the output replaced here (an older version's); a .paths.txt of anybody else's stays
         legacy.unlink(missing_ok=True)
-    written += [out, listing, table, info]
-    return written
+    if old_table is not None:  # the same for an older version's row table
+        old_table.unlink(missing_ok=True)
+    return [out, listing, info]
 
 
 def _utf8_encodable(text: str) -> bool:

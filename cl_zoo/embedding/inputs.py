@@ -4,7 +4,7 @@
 references to decode, or the WebDataset tar shards to stream. Each job is left to the library
 that already does it well, so that the rules stay the ones users know:
 
-* local files, folders and path lists (txt/csv/tsv/parquet) go through
+* local files, folders and path lists (txt/jsonl/csv/tsv/parquet) go through
   :func:`cl_zoo.data.images.discover_images`, the one discovery every command shares (same
   extensions, same hidden-file and symlink rules, same error lines);
 * ``scheme://`` URLs (``http``, ``s3``, ``gs``... whatever fsspec has a backend for) are listed,
@@ -46,7 +46,7 @@ MAX_IMAGE_BYTES: int = 64 << 20
 # Names ending so are WebDataset shards (tarfile reads the compressed ones transparently).
 TAR_SUFFIXES: tuple[str, ...] = (".tar", ".tar.gz", ".tgz")
 # List extensions that are read as lists without asking a remote store whether they are folders.
-LIST_EXTENSIONS: frozenset[str] = frozenset({".txt", ".csv", ".tsv", ".parquet"})
+LIST_EXTENSIONS: frozenset[str] = frozenset({".txt", ".jsonl", ".csv", ".tsv", ".parquet"})
 # A brace pattern expanding to more names than this is refused rather than materialised.
 MAX_EXPANSION: int = 1_000_000
 # ... or to more characters in all (1M names of 128 characters), or nested deeper than this: both
@@ -432,8 +432,8 @@ def resolve_inputs(specs: Sequence[str | os.PathLike[str]]) -> Inputs:
     ``.tar`` (or ``.tar.gz``/``.tgz``) is a shard, given directly or listed in a list file; shards
     are checked to exist, local ones on disk and remote ones with one request each (concurrently).
     Anything else local goes through :func:`~cl_zoo.data.images.discover_images`, keeping its rules
-    and errors. A URL is an image by its extension, a list by ``.txt``/``.csv``/``.tsv``/``.parquet``,
-    a folder when it ends in ``/`` or its store says so (walked through fsspec), else a list.
+    and errors. A URL is an image by its extension, a list by ``.txt``/``.jsonl``/``.csv``/``.tsv``/
+    ``.parquet``, a folder when it ends in ``/`` or its store says so (walked through fsspec), else a list.
     Images named directly by URL are checked to exist; entries of lists are kept unchecked, as
     local lists' are, so that a missing one shows up in the failures report. Mixing shards with
     images in one call is refused: the two are embedded by different loops with different keys.
