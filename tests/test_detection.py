@@ -295,3 +295,38 @@ def test_detectron2_engine_takes_the_cpu_preset_but_keeps_its_config(capsys, tmp
     assert value == {"SOLVER.MAX_ITER": "150", "SOLVER.IMS_PER_BATCH": "4", "SOLVER.STEPS": "(100,130)",
                      "MODEL.ROI_HEADS.BATCH_SIZE_PER_IMAGE": "64"}
     assert "coco_R_50_FPN_1x.yaml" in captured.out and captured.err.startswith("preset cpu-quick:")
+
+
+def test_detect_speaks_the_cli_vocabulary_json_quiet_and_progress(bccd_voc_dir, tmp_path, capsys, monkeypatch):
+    """--json puts one JSON summary on stdout (information moves to stderr), -q drops information
+    lines and the bar but not results, --progress/--no-progress as everywhere (issue 42)."""
+    import cl_zoo.detection.train as train_module
+    from cl_zoo.detection.train import DetectionRun
+
+    seen: dict = {}
+
+    def fake_train(backbone, train, val, cfg, output_dir, **kwargs):
+        seen.update(kwargs)
+        report = Path(output_dir) / "report.json"
+        return DetectionRun(backbone, {"AP": 36.74, "AP50": 69.1, "APs": float("nan")}, report)
+
+    monkeypatch.setattr(train_module, "train_detector", fake_train)
+    base = _detect(bccd_voc_dir, tmp_path, "--device", "cpu", "--max-iter", "1")
+    assert main([*base, "--json"]) == 0
+    out, err = capsys.readouterr()
+    summary = json.loads(out)  # stdout is exactly one JSON document
+    assert summary == {"engine": "torchvision", "out": str(tmp_path / "run"), "report": str(tmp_path / "run" / "report.json"),
+                       "metrics": {"AP": 36.74, "AP50": 69.1, "APs": None}}
+    assert "train: " in err and seen["progress"] is True
+    assert main([*base, "-q"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["AP 36.74  AP50 69.10  APs nan", f"report: {tmp_path / 'run' / 'report.json'}"]
+    assert err == "" and seen["progress"] is False
+    assert main([*base, "-q", "--progress"]) == 0 and seen["progress"] is True
+    assert main([*base, "--no-progress"]) == 0 and seen["progress"] is False
+    capsys.readouterr()
+    dry = ["detect", "--engine", "detectron2", "--model", "resnet18", "--random-init", "--data", str(bccd_voc_dir / "bccd-voc"),
+           "--out", str(tmp_path / "d2"), "--device", "cpu", "--max-iter", "1", "--dry-run", "--json"]
+    assert main(dry) == 0
+    command = json.loads(capsys.readouterr().out)
+    assert command["dry_run"] is True and command["command"][1].endswith("train_net.py")

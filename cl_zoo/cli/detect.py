@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
 import sys
@@ -26,8 +27,35 @@ def _ints(text: str | None) -> tuple[int, ...] | None:
         raise ClZooError(f"expected comma-separated integers, got {text!r}") from exc
 
 
+def _finite(value: float) -> float | None:
+    """A metric for JSON: NaN (no box of a size class) is null, as in report.json."""
+    return None if value != value else float(value)
+
+
+class _Voice:
+    """Where detect's lines go: ``--json`` keeps stdout for the one JSON summary (information moves
+    to stderr), ``-q`` drops information but never results, warnings or errors."""
+
+    def __init__(self, quiet: bool, as_json: bool) -> None:
+        self.quiet = quiet
+        self.as_json = as_json
+
+    def info(self, text: str) -> None:
+        if not self.quiet:
+            click.echo(text, err=self.as_json)
+
+    def note(self, text: str) -> None:
+        click.echo(text, err=True)
+
+    def result(self, text: str, summary: dict[str, Any]) -> None:
+        if self.as_json:
+            click.echo(json.dumps(summary, sort_keys=True))
+        else:
+            click.echo(text)
+
+
 def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: bool, prefix: str | None,
-                random_init: bool = False, note: str | None = None) -> None:
+                random_init: bool = False, note: str | None = None, voice: _Voice | None = None) -> None:
     import time
 
     from cl_zoo.convert.export import export_detectron2, resnet_weights
@@ -38,26 +66,29 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
     identity, source = _backbone_identity(model, prefix, random_init, options.seed)
     weights = resnet_weights(source, prefix)
     run = plan_detectron2_run(options, output, depth=weights.depth)
+    voice = voice or _Voice(quiet=False, as_json=False)
     if note:
-        click.echo(note, err=True)
+        voice.note(note)
     if dry_run:
-        click.echo(shlex.join(run.command()))
+        voice.result(shlex.join(run.command()), {"engine": "detectron2", "dry_run": True, "command": run.command()})
         return
     summary = export_detectron2(weights, run.weights)
-    click.echo(summary.text())
+    voice.info(summary.text())
     if importlib.util.find_spec("detectron2") is None:
         raise ClZooError(
             f"detectron2 is not installed (weights are ready in {run.weights}); install it with "
             "pip install 'git+https://github.com/facebookresearch/detectron2.git' and rerun, or use --engine torchvision"
         )
-    click.echo("running: " + shlex.join(run.command()))
+    voice.info("running: " + shlex.join(run.command()))
     start = time.perf_counter()
     code = launch_detectron2(run)
     if code != 0:
         raise ClZooError(f"detectron2 training exited with status {code}")
+    report = None
     if evaluates(run):
         report = write_detectron2_report(run, model=model, backbone=identity, train_seconds=time.perf_counter() - start)
-        click.echo(f"report: {report}")
+    voice.result(f"report: {report}" if report else f"trained: {output}",
+                 {"engine": "detectron2", "out": str(output), "report": str(report) if report else None})
 
 
 def _backbone_identity(model: str, prefix: str | None, random_init: bool = False, seed: int = 0
@@ -135,7 +166,11 @@ def _backbone_identity(model: str, prefix: str | None, random_init: bool = False
 @click.option("--num-gpus", type=int, default=None,
               help="detectron2 engine only: processes, one per GPU (default: every visible GPU; 1 on cpu).")
 @click.option("--dry-run", is_flag=True, help="detectron2 engine: print the full train_net.py command only.")
-@click.option("--no-progress", is_flag=True, help="No progress bar (detectron2 prints log lines either way).")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar on stderr (default: on unless --quiet; detectron2 prints log lines either way).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or information lines; results, warnings and errors still print.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the result (metrics, report and run folder; the command with --dry-run) as JSON on stdout.")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
               help="torchvision engine: auto is bf16 autocast on CUDA and on CPUs with AMX, else fp32.")
 @click.argument("extra", nargs=-1)
@@ -146,7 +181,8 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
                    min_size_test: int | None, max_size: int | None, rois_per_image: int | None,
                    proposals_test: int | None, val_limit: int | None, checkpoint_period: int | None, workers: int,
                    seed: int, device: str | None, output: str | None, output_alias: str | None, resume: bool,
-                   num_gpus: int | None, dry_run: bool, no_progress: bool, precision: str, extra: tuple[str, ...]) -> int:
+                   num_gpus: int | None, dry_run: bool, progress: bool | None, quiet: bool, as_json: bool, precision: str,
+                   extra: tuple[str, ...]) -> int:
     """Fine-tune Faster R-CNN on a backbone and report COCO AP and VOC07 AP50.
 
     With --engine detectron2 every option becomes a detectron2 config override (or is refused), and
@@ -156,6 +192,8 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     from cl_zoo.detection.presets import PROTOCOL_DEFAULTS, get_run_preset
 
     output = _out_folder(output, output_alias)
+    voice = _Voice(quiet, as_json)
+    no_progress = not (progress if progress is not None else not quiet)
     if random_init and (prefix is not None or Path(model_spec).is_file()):
         raise ClZooError("--random-init takes a zoo name or a checkpoint folder, not a raw checkpoint file")
     # Options that set the run's size: given, else the --preset's, else the protocol's (PROTOCOL_DEFAULTS;
@@ -184,7 +222,7 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
             given[key] = value
     return _run(engine, preset, model_spec, prefix, random_init, data, val_data, train_split, val_split, given,
                 norm, freeze_at, val_limit, workers, seed, device, output, resume, num_gpus, dry_run, no_progress,
-                precision, extra, note)
+                precision, extra, note, voice)
 
 
 def _out_folder(out: str | None, deprecated: str | None) -> str:
@@ -210,7 +248,7 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
          data: tuple[str, ...], val_data: str | None, train_split: str | None, val_split: str | None,
          given: dict[str, Any], norm: str, freeze_at: int, val_limit: int | None, workers: int | None, seed: int,
          device: str | None, output: str, resume: bool, num_gpus: int | None, dry_run: bool, no_progress: bool,
-         precision: str, extra: tuple[str, ...], note: str | None) -> int:
+         precision: str, extra: tuple[str, ...], note: str | None, voice: _Voice) -> int:
     from cl_zoo.detection.presets import get_preset
 
     if engine == "detectron2":
@@ -229,7 +267,7 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
             checkpoint_period=given["checkpoint_period"], workers=workers, seed=seed, device=device,
             num_gpus=num_gpus, resume=resume, extra=extra,
         )
-        _detectron2(options, model_spec, output, dry_run, prefix, random_init, note)
+        _detectron2(options, model_spec, output, dry_run, prefix, random_init, note, voice)
         return 0
     for flag_given, flag in ((num_gpus is not None, "--num-gpus"), (dry_run, "--dry-run"), (bool(extra), "EXTRA after --")):
         if flag_given:
@@ -269,9 +307,9 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
         from cl_zoo.optional import require
 
         require("pycocotools", "COCO AP (detect --engine torchvision)")
-    click.echo(f"train: {train.summary()}")
+    voice.info(f"train: {train.summary()}")
     if val is not None:
-        click.echo(f"val: {val.summary()}")
+        voice.info(f"val: {val.summary()}")
     from cl_zoo.eval.baseline import load_model_or_baseline
     from cl_zoo.eval.features import model_identity
 
@@ -286,12 +324,12 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
         check_standard_layout(weights, "the torchvision detector")
         backbone = create_model(f"resnet{weights.depth}")
         backbone.load_state_dict({k: v for k, v in weights.state.items()}, strict=False)
-        click.echo(f"backbone: ResNet-{weights.depth} from {weights.source} (prefix {weights.prefix!r})")
+        voice.info(f"backbone: ResNet-{weights.depth} from {weights.source} (prefix {weights.prefix!r})")
     else:
         backbone = load_model_or_baseline(model_spec, random_init, seed)
     identity = model_identity(backbone)
     if note:
-        click.echo(note, err=True)
+        voice.note(note)
     try:
         run = train_detector(backbone, train, val, cfg, output, device=device, resume=resume,
                              progress=not no_progress, model_name=model_spec, backbone_identity=identity)
@@ -305,8 +343,9 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
             sys.stderr.flush()
             os._exit(exc.exit_code)
         return exc.exit_code
-    if run.metrics:
-        keys = ["AP", "AP50", "AP75", "APs", "APm", "APl", "voc_AP50", "voc_AP", "voc_AP75"]
-        click.echo("  ".join(f"{k} {run.metrics[k]:.2f}" for k in keys if k in run.metrics))
-    click.echo(f"report: {run.report_path}")
+    keys = ["AP", "AP50", "AP75", "APs", "APm", "APl", "voc_AP50", "voc_AP", "voc_AP75"]
+    line = "  ".join(f"{k} {run.metrics[k]:.2f}" for k in keys if k in run.metrics)
+    text = (line + "\n" if line else "") + f"report: {run.report_path}"
+    voice.result(text, {"engine": "torchvision", "out": str(output), "metrics": {k: _finite(run.metrics[k]) for k in keys if k in run.metrics},
+                        "report": str(run.report_path) if run.report_path else None})
     return 0
