@@ -187,3 +187,20 @@ def test_resnet_step_and_streaming_path_match_in_memory(tmp_path, folder):
     assert finals[0][0] == pytest.approx(finals[1][0], rel=1e-5)
     for key, value in finals[0][1].items():
         torch.testing.assert_close(value, finals[1][1][key], rtol=1e-4, atol=1e-5, msg=key)
+
+
+def test_resuming_with_more_epochs_keeps_the_runs_own_schedule(tmp_path, folder, capsys):
+    """--recipe R --epochs 1, then --resume --epochs 2: the run was shortened once (warm-up 10 -> 0.05);
+    the resume extends it with that same schedule (the trainer allows only epochs to change) and
+    must not rescale the recipe's warm-up again (it did: 10 -> 0.1, refused as a changed schedule)."""
+    out = tmp_path / "run"
+    args = ["pretrain", "--no-progress", "--recipe", "dcl_cifar10", *TINY, "--data", str(folder), "--batch-size", "16",
+            "--knn-every", "0", "--workers", "0", "--device", "cpu", "--out", str(out)]
+    assert main([*args, "--epochs", "1"]) == 0
+    capsys.readouterr()
+    code = main([*args, "--epochs", "2", "--resume"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "shortened in proportion" not in captured.out
+    saved = yaml.safe_load((out / "recipe.yaml").read_text())
+    assert (saved["epochs"], saved["schedule"]["warmup_epochs"]) == (2, 0.05)

@@ -14,6 +14,8 @@ reaches any recipe key (``--set optim.weight_decay=1e-6 --set method_args.temper
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 
 from cl_zoo.errors import ClZooError
@@ -82,9 +84,16 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
     else:
         raise ClZooError("give --recipe or --method (or --resume an existing run folder)")
     recipe = base.with_overrides(overrides)
-    note = schedule_rescale_note(base, recipe)
-    if note:
-        click.echo(note, err=as_json)
+    if resume and saved.is_file():
+        # A resumed run keeps the schedule it started with (the trainer lets only epochs change):
+        # --epochs there extends or shortens the run, it does not reshape its warm-up again.
+        given = [key for key, value in overrides.items() if value is not None]
+        if not any(key == "schedule" or key.startswith("schedule.") for key in given):
+            recipe = dataclasses.replace(recipe, schedule=Recipe.load(saved).schedule)
+    else:
+        note = schedule_rescale_note(base, recipe)
+        if note:
+            click.echo(note, err=as_json)
     if data is None and not resume:
         raise ClZooError("give --data: a folder of images, an archive of one, or a named dataset")
     # --json: stdout carries only the JSON, so the trainer's log lines go to stderr.
