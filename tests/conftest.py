@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import fcntl
+import functools
+import http.server
 import os
 import tarfile
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -65,3 +69,28 @@ def bccd_voc_dir() -> Path:
 @pytest.fixture(scope="session")
 def imagenette_val_dir() -> Path:
     return unpacked("imagenette128-val.tar.gz")
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:  # no request lines in the test output
+        pass
+
+
+@pytest.fixture()
+def http_folder() -> Iterator[Callable[[Path], str]]:
+    """``serve(folder)`` -> ``http://127.0.0.1:<port>`` serving ``folder`` (listings included) until the
+    test ends: the one local static server of the URL-input tests."""
+    running: list[tuple[http.server.ThreadingHTTPServer, threading.Thread]] = []
+
+    def serve(folder: Path) -> str:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(folder)))
+        thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        thread.start()
+        running.append((server, thread))
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield serve
+    for server, thread in running:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

@@ -8,9 +8,7 @@ checked only after materialising still costs the memory it was meant to save.
 
 from __future__ import annotations
 
-import functools
 import gzip
-import http.server
 import io
 import itertools
 import json
@@ -19,11 +17,9 @@ import subprocess
 import sys
 import tarfile
 import textwrap
-import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -109,23 +105,10 @@ def shard(path: Path, members: list[tuple[str, bytes]], fmt: int = tarfile.GNU_F
 # ----------------------------------------------------------------- case 6: remote lists never switch scheme
 
 
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture()
-def served(tmp_path: Path) -> Iterator[str]:
+def served(tmp_path: Path, http_folder) -> str:  # noqa: ANN001 - conftest's server factory
     (tmp_path / "www").mkdir()
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(tmp_path / "www")))
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    return http_folder(tmp_path / "www")
 
 
 @pytest.mark.parametrize("row", ["file://{secret}", "FILE://{secret}", "file:{secret}", "s3://bucket/x.jpg", "C:\\x.jpg"])

@@ -7,15 +7,11 @@ offline in seconds.
 
 from __future__ import annotations
 
-import functools
-import http.server
 import io
 import json
 import socket
 import tarfile
-import threading
 from pathlib import Path
-from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -70,24 +66,10 @@ def write_shard(path: Path, samples: list[tuple[str, dict[str, bytes]]]) -> Path
     return path
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args: object) -> None:  # keep pytest's output clean
-        pass
-
-
 @pytest.fixture()
-def served(tmp_path: Path) -> Iterator[str]:
+def served(tmp_path: Path, http_folder) -> str:  # noqa: ANN001 - conftest's server factory
     """``http://127.0.0.1:<port>`` serving ``tmp_path`` (directory listings included)."""
-    handler = functools.partial(_QuietHandler, directory=str(tmp_path))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    return http_folder(tmp_path)
 
 
 def closed_port() -> int:
