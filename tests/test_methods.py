@@ -13,7 +13,7 @@ from cl_zoo.methods import METHODS, build_method
 from cl_zoo.methods.heads import ProjectionHead
 from cl_zoo.methods.momentum import ema_update, momentum_at
 from cl_zoo.methods.queue import EmbeddingQueue
-from cl_zoo.train import dist
+from cl_zoo import distributed as dist
 
 TINY = dict(model_args=dict(width=0.125), head_hidden_dim=32, head_out_dim=16)
 B, SIZE = 8, 16
@@ -70,7 +70,7 @@ def test_training_step_is_finite_and_reaches_backbone(case: str) -> None:
     views, index = make_views(method)
     loss, logs = method(views, index, 0.5)
     assert loss.dim() == 0 and torch.isfinite(loss)
-    assert all(isinstance(v, float) for v in logs.values()) and logs["loss"] == pytest.approx(loss.item())
+    assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in logs.values()) and logs["loss"] == pytest.approx(loss.item())
     loss.backward()
     grads = [p.grad for p in method.backbone.parameters()]
     assert all(g is not None for g in grads)
@@ -268,3 +268,50 @@ def test_gather_single_process_identity_and_gradient() -> None:
     z = dist.gather(x, grad=False)
     assert torch.equal(z, x) and not z.requires_grad
     assert torch.equal(dist.local_slice(y, 4), y)
+
+
+def test_old_dist_import_path_reexports_the_leaf() -> None:
+    """The helpers moved below methods/ (cl_zoo.distributed); cl_zoo.train.dist still serves them."""
+    from cl_zoo.train import dist as old
+
+    for name in old.__all__:
+        assert getattr(old, name) is getattr(dist, name)
+
+
+def test_methods_do_not_import_the_trainer_package() -> None:
+    """methods/ sits below train/: importing a method must not load cl_zoo.train (no methods -> train arrow)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, cl_zoo.methods, cl_zoo.methods.queue, cl_zoo.methods.cmc, cl_zoo.methods.simo; "
+            "print(sorted(m for m in sys.modules if m.startswith('cl_zoo.train')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_cmc_bank_checks_the_dataset_size_once_not_every_step(tmp_path, monkeypatch) -> None:
+    """CMC's bank holds one entry per training image. The step no longer compares indices on the host
+    (a GPU sync per step), so the trainer asks once, before loading a batch, and says what to set."""
+    from cl_zoo.train.loop import Trainer
+    from cl_zoo.train.recipe import Recipe
+    from PIL import Image
+
+    method = make("cmc_bank_softmax")  # bank_size=32
+    method.check_dataset_size(32)
+    make("cmc").check_dataset_size(10**6)  # in-batch negatives: no bank, no limit
+    with pytest.raises(ValueError, match="method_args.bank_size=33"):
+        method.check_dataset_size(33)
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(40):
+        Image.new("RGB", (16, 16), (i * 6, 0, 0)).save(folder / f"{i}.png")
+    monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path / "cache"))
+    recipe = Recipe.from_dict({
+        "method": "cmc", "arch": "cmc_resnet18_cifar_lab", "model_args": {"width": 0.125},
+        "method_args": {"negatives": "memory_bank", "objective": "softmax", "bank_size": 32, "num_negatives": 4,
+                        "head_hidden_dim": None},
+        "data": {"image_size": 16}, "epochs": 1, "batch_size": 8, "knn_every": 0, "workers": 0,
+    })
+    with pytest.raises(ClZooError, match="memory bank has 32 entries .* 40 images"):
+        Trainer(recipe, folder, tmp_path / "run", progress=False)

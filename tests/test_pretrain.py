@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -78,7 +79,7 @@ def test_recipe_types_and_unknown_keys(tmp_path):
 
 
 def test_changing_epochs_moves_the_schedule_in_proportion():
-    dcl = Recipe.load("dcl_cifar10")
+    dcl = Recipe.load("jcl_cifar10")  # a recipe with a 10-epoch warm-up (dcl_cifar10 follows lightly: none)
     assert (dcl.epochs, dcl.schedule.warmup_epochs) == (200, 10)
     short = dcl.with_overrides({"epochs": 1})  # was refused: "warmup_epochs (10.0) exceeds epochs (1)"
     assert (short.epochs, short.schedule.warmup_epochs) == (1, 0.05)
@@ -98,7 +99,7 @@ def test_changing_epochs_moves_the_schedule_in_proportion():
 
 def test_pretrain_epochs_says_once_how_the_schedule_moved(tmp_path, folder, capsys):
     out = tmp_path / "run"
-    code = main(["pretrain", "--no-progress", "--recipe", "dcl_cifar10", *TINY, "--data", str(folder), "--epochs", "1",
+    code = main(["pretrain", "--no-progress", "--recipe", "jcl_cifar10", *TINY, "--data", str(folder), "--epochs", "1",
                  "--batch-size", "16", "--knn-every", "0", "--workers", "0", "--device", "cpu", "--out", str(out)])
     printed = capsys.readouterr().out
     assert code == 0, printed
@@ -194,7 +195,7 @@ def test_resuming_with_more_epochs_keeps_the_runs_own_schedule(tmp_path, folder,
     the resume extends it with that same schedule (the trainer allows only epochs to change) and
     must not rescale the recipe's warm-up again (it did: 10 -> 0.1, refused as a changed schedule)."""
     out = tmp_path / "run"
-    args = ["pretrain", "--no-progress", "--recipe", "dcl_cifar10", *TINY, "--data", str(folder), "--batch-size", "16",
+    args = ["pretrain", "--no-progress", "--recipe", "jcl_cifar10", *TINY, "--data", str(folder), "--batch-size", "16",
             "--knn-every", "0", "--workers", "0", "--device", "cpu", "--out", str(out)]
     assert main([*args, "--epochs", "1"]) == 0
     capsys.readouterr()
@@ -204,3 +205,104 @@ def test_resuming_with_more_epochs_keeps_the_runs_own_schedule(tmp_path, folder,
     assert "shortened in proportion" not in captured.out
     saved = yaml.safe_load((out / "recipe.yaml").read_text())
     assert (saved["epochs"], saved["schedule"]["warmup_epochs"]) == (2, 0.05)
+
+
+# ---------------------------------------------------------------------- the step makes no host sync
+# Every way Python code reads a tensor's value on the host: on CUDA each one waits for the GPU.
+HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__format__", "numpy", "cpu")
+
+
+def _tiny_recipe(method: str, **extra) -> Recipe:
+    args = {"head_hidden_dim": 32, "head_out_dim": 16, **({"queue_size": 24} if method == "mocov2" else {})}
+    return Recipe.from_dict({
+        "method": method, "arch": "pixels", "model_args": {"input_size": 16}, "method_args": args,
+        "data": {"image_size": 16, "augment": "cifar"}, "epochs": 1, "batch_size": 4, "knn_every": 0,
+        "precision": "fp32", "workers": 0, **extra,
+    })
+
+
+@pytest.mark.parametrize("method", ["dcl", "mocov2"])
+def test_training_steps_read_nothing_on_the_host_between_log_steps(tmp_path, folder, monkeypatch, method):
+    """Issue 39: a step that reads a value on the host (``.tolist()`` of the logs, ``if isfinite(loss)``,
+    ``.item()`` for the progress bar, ``int(queue.ptr)``) stalls a GPU every step. Each host read made
+    while the loop runs a step's body is counted, by step; only the logged steps (the epoch's first and
+    every LOG_EVERY-th, which read everything pending in one transfer) may have any. The same losses
+    still reach the logs: the logged loss is that step's loss, the epoch's the mean of all 12."""
+    from cl_zoo.train.logging import RunLogger
+    from cl_zoo.train.loop import Trainer
+    from cl_zoo.train.tally import LOG_EVERY
+
+    trainer = Trainer(_tiny_recipe(method), folder, tmp_path / "run", progress=True, export=False)
+    assert trainer.steps_per_epoch == 12 and LOG_EVERY == 10
+    current: dict[str, int | None] = {"step": None}
+    reads: dict[int, list[str]] = {}
+    losses: list[float] = []
+    logged: dict[int, dict[str, float]] = {}
+
+    build = trainer._build_batches
+
+    def build_and_mark_steps() -> None:  # step i's body runs between its batch and the next request
+        build()
+        batches = trainer.batches.epoch
+
+        def epoch(e: int, start: int = 0):
+            it = batches(e, start)
+            for i in itertools.count(start):
+                current["step"] = None  # the pipeline's own work is not the step's
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+                current["step"] = i
+                yield item
+
+        trainer.batches.epoch = epoch
+        forward = trainer.model.forward
+
+        def spy_forward(*args):  # the losses, read outside the counted region
+            loss, logs = forward(*args)
+            step, current["step"] = current["step"], None
+            losses.append(loss.item())
+            current["step"] = step
+            return loss, logs
+
+        trainer.model.forward = spy_forward
+
+    monkeypatch.setattr(trainer, "_build_batches", build_and_mark_steps)
+    monkeypatch.setattr(RunLogger, "log_step", lambda self, step, values: logged.__setitem__(step, dict(values)))
+    for name in HOST_READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, __original=original, __name=name, **kwargs):
+            if current["step"] is not None:
+                reads.setdefault(current["step"], []).append(__name)
+            return __original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    result = trainer.fit()
+    monkeypatch.undo()
+
+    log_steps = {0, LOG_EVERY - 1}  # step indices whose global step (1-based) is 1 and 10
+    assert {i: names for i, names in reads.items() if i not in log_steps} == {}
+    assert set(reads) == log_steps and all(names == ["tolist"] for names in reads.values())  # one transfer each
+    assert sorted(logged) == [1, 10] and len(losses) == 12
+    assert logged[10]["loss"] == pytest.approx(losses[9], rel=1e-6) and logged[1]["loss"] == pytest.approx(losses[0], rel=1e-6)
+    assert "pos_sim" in logged[10] and isinstance(logged[10]["pos_sim"], float)
+    assert result.history[0]["loss"] == pytest.approx(sum(losses) / 12, rel=1e-6)
+
+
+def test_nan_found_at_a_later_flush_names_its_own_step_and_lr(tmp_path, folder, monkeypatch):
+    """The loss is read every LOG_EVERY steps, so a NaN at step 4 is seen at step 10; the error still
+    names step 4 and the lr it ran at (mid warm-up, so every step's lr differs) and nothing is saved."""
+    from cl_zoo.train.loop import NonFiniteLossError, Trainer
+    from cl_zoo.train.optim import lr_factor
+
+    recipe = _tiny_recipe("dcl", schedule={"warmup_epochs": 1.0})
+    monkeypatch.setenv("CL_ZOO_FAULT_NAN_STEP", "3")  # 0-based global step 3: epoch 1, step 4
+    trainer = Trainer(recipe, folder, tmp_path / "run", progress=False, export=False)
+    with pytest.raises(NonFiniteLossError) as err:
+        trainer.fit()
+    lr = recipe.effective_lr * lr_factor(recipe, 3, trainer.steps_per_epoch)
+    assert f"loss became nan at epoch 1 step 4 (lr {lr:.4g})" in str(err.value)
+    assert lr != pytest.approx(recipe.effective_lr * lr_factor(recipe, 9, trainer.steps_per_epoch))
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()

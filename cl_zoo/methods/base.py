@@ -115,19 +115,20 @@ class ContrastiveMethod(nn.Module):
     # ------------------------------------------------------------------ the interface
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """One forward pass and loss.
 
         ``views``: ``num_views`` tensors [B, 3, H, W], normalised, on the method's device;
         ``index``: dataset indices [B] (memory banks are addressed by them);
         ``epoch_progress``: fractional epoch (3.25 = a quarter into the fourth epoch), 0-based.
-        Returns the scalar loss to back-propagate and a few float statistics for logging.
+        Returns the scalar loss to back-propagate and a few scalar statistics for logging
+        (:meth:`logs`: 0-d tensors left on the device, so the step makes no host sync).
         """
         raise NotImplementedError
 
     def forward(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         """``training_step``: DDP only synchronises gradients of work done inside ``forward``."""
         return self.training_step(views, index, epoch_progress)
 
@@ -137,6 +138,14 @@ class ContrastiveMethod(nn.Module):
         Default: no constraint beyond the trainer's own (at least 2 images). Queues (MoCo v2, JCL,
         CACR's moco form) and CMC's memory bank take their negatives outside the batch, and the
         in-batch forms only need a second image, so only SiMo overrides this.
+        """
+
+    def check_dataset_size(self, num_images: int) -> None:
+        """Raise ``ValueError`` (one line) if this method cannot address ``num_images`` training images.
+
+        Checked once by the trainer before the first step, so ``training_step`` need not compare
+        dataset indices on the host every step (a device sync on a GPU). Default: no constraint;
+        CMC's memory bank holds one entry per image, so it overrides this.
         """
 
     @torch.no_grad()
@@ -178,13 +187,17 @@ class ContrastiveMethod(nn.Module):
         return self.total_epochs
 
     @staticmethod
-    def logs(**values: Tensor | float) -> dict[str, float]:
-        """Turn scalar tensors into floats with a single device sync."""
-        keys = list(values)
-        tensors = [v.detach().float().reshape(()) if isinstance(v, Tensor) else torch.tensor(float(v)) for v in values.values()]
-        device = next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
-        flat = torch.stack([t.to(device) for t in tensors]).tolist()
-        return dict(zip(keys, flat))
+    def logs(**values: Tensor | float) -> dict[str, Tensor]:
+        """Detached float32 scalars on the step's device, with no host sync.
+
+        Why tensors and not floats: turning a CUDA value into a Python number waits for the GPU to
+        finish the step, and doing that every step starves it. The trainer keeps these on the device
+        and reads them (all in one transfer) only on the steps it logs; ``float(v)`` reads one here.
+        """
+        tensors = {k: v.detach().float().reshape(()) for k, v in values.items() if isinstance(v, Tensor)}
+        device = next((t.device for t in tensors.values() if t.device.type != "cpu"), torch.device("cpu"))
+        return {k: tensors[k].to(device) if k in tensors else torch.tensor(float(v), device=device)
+                for k, v in values.items()}
 
     def extra_repr(self) -> str:
         return f"num_views={self.num_views}, view_config={self.view_config}, sync_bn={self.sync_bn}"

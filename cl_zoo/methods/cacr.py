@@ -28,7 +28,7 @@ from torch import Tensor, nn
 from cl_zoo.losses.cacr import REPULSION_FORMS, cacr_multiview_loss
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.methods.queue import EmbeddingQueue
-from cl_zoo.train.dist import gather
+from cl_zoo.distributed import gather
 
 
 class CACR(MomentumMethod):
@@ -73,7 +73,7 @@ class CACR(MomentumMethod):
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         self.check_views(views)
         queries = [gather(self.query(v), grad=True) for v in views]
         if self.queue is None:

@@ -38,7 +38,7 @@ from torch import Tensor, nn
 from cl_zoo.losses.cmc import MemoryBank, cmc_bank_loss, cmc_loss
 from cl_zoo.methods.base import ContrastiveMethod
 from cl_zoo.methods.heads import ProjectionHead, feature_dim
-from cl_zoo.train.dist import gather
+from cl_zoo.distributed import gather
 
 
 class CMC(ContrastiveMethod):
@@ -116,6 +116,14 @@ class CMC(ContrastiveMethod):
                 bank_size, head_out_dim, num_views=len(view_dims) if self.colour_views else n_aug, momentum=bank_momentum
             )
 
+    def check_dataset_size(self, num_images: int) -> None:
+        """The bank is indexed by dataset index: it needs an entry per training image."""
+        if self.bank is not None and num_images > self.bank.num_entries:
+            raise ValueError(
+                f"the memory bank has {self.bank.num_entries} entries (method_args.bank_size) but the training set "
+                f"has {num_images} images; set method_args.bank_size={num_images}"
+            )
+
     def embed_views(self, views: list[Tensor]) -> list[Tensor]:
         """One embedding per CMC view: (L, ab) of the crop (or of the two crops), or each augmented view."""
         if self.colour_views:
@@ -125,15 +133,13 @@ class CMC(ContrastiveMethod):
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         self.check_views(views)
         z = self.embed_views(views)
         if self.bank is None:
             z_all = [gather(v, grad=True) for v in z]
             loss = cmc_loss(z_all, self.temperature, self.graph)
         else:
-            if index.max() >= self.bank.num_entries or index.min() < 0:
-                raise ValueError(f"dataset index outside the memory bank of {self.bank.num_entries} entries")
             loss = cmc_bank_loss(
                 z, index, self.bank, self.num_negatives, self.temperature, self.objective, self.graph, update=False
             )

@@ -68,7 +68,7 @@ class JCL(MomentumMethod):
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         self.check_views(views)
         batch = views[0].shape[0]
         q = self.query(views[0])

@@ -60,7 +60,7 @@ class MoCoV2(MomentumMethod):
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         self.check_views(views)
         negatives = self.queue.negatives()
         q1 = self.query(views[0])

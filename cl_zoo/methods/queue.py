@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from cl_zoo.train.dist import gather
+from cl_zoo.distributed import gather
 
 
 class EmbeddingQueue(nn.Module):
@@ -44,16 +44,12 @@ class EmbeddingQueue(nn.Module):
             self.queue.copy_(keys[-self.size :])
             self.ptr.zero_()
             return
-        start = int(self.ptr)
+        # Rows ptr, ptr+1, ... (mod size), computed on the device: reading ``ptr`` on the host would
+        # wait for the GPU every step. n < size here, so the rows are distinct.
         n = keys.shape[0]
-        end = start + n
-        if end <= self.size:
-            self.queue[start:end] = keys
-        else:
-            first = self.size - start
-            self.queue[start:] = keys[:first]
-            self.queue[: n - first] = keys[first:]
-        self.ptr.fill_(end % self.size)
+        rows = torch.arange(n, device=self.ptr.device).add_(self.ptr).remainder_(self.size)
+        self.queue.index_copy_(0, rows.to(self.queue.device), keys)
+        self.ptr.add_(n).remainder_(self.size)
 
     def negatives(self) -> Tensor:
         """The queue content as a snapshot (cloned: the enqueue after the loss must not alter it)."""

@@ -2,7 +2,7 @@
 
 Both views of the local batch go through backbone + 2-layer MLP head in one concatenated forward
 (BatchNorm sees 2B samples, as in SimCLR's code); the embeddings are gathered from every rank with
-gradient (:func:`cl_zoo.train.dist.gather`) and every rank evaluates the identical global loss over
+gradient (:func:`cl_zoo.distributed.gather`) and every rank evaluates the identical global loss over
 the 2 x global batch views, which with the gather's gradient rule equals single-device training on
 the global batch.
 """
@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from cl_zoo.losses.infonce import nt_xent
 from cl_zoo.methods.base import ContrastiveMethod
 from cl_zoo.methods.heads import ProjectionHead, feature_dim
-from cl_zoo.train.dist import gather
+from cl_zoo.distributed import gather
 
 
 class TwoViewInBatchMethod(ContrastiveMethod):
@@ -55,7 +55,7 @@ class TwoViewInBatchMethod(ContrastiveMethod):
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         self.check_views(views)
         z = self.head(self.backbone.forward_features(torch.cat(list(views), dim=0)))
         z1, z2 = z.chunk(2, dim=0)

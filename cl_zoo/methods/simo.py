@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from cl_zoo.losses.eqco import NEGATIVE_SAMPLING, simo_loss
 from cl_zoo.methods.momentum import MomentumMethod
-from cl_zoo.train.dist import gather
+from cl_zoo.distributed import gather
 
 
 class SiMo(MomentumMethod):
@@ -97,7 +97,7 @@ class SiMo(MomentumMethod):
 
     def training_step(
         self, views: list[Tensor], index: Tensor, epoch_progress: float
-    ) -> tuple[Tensor, dict[str, float]]:
+    ) -> tuple[Tensor, dict[str, Tensor]]:
         self.check_views(views)
         q1 = self.query(views[0])
         k2 = self.key(views[1])

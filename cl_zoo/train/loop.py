@@ -18,6 +18,10 @@ Every user mistake (unknown method or architecture, bad recipe, empty data, batc
 resuming another method's run) is reported before the first step. A non-finite loss stops the run
 with :class:`NonFiniteLossError`, leaving the previous epoch's checkpoint as it was.
 
+The step makes no host sync: losses and statistics stay on the device (:mod:`cl_zoo.train.tally`)
+and are read in one transfer on logged steps (every ``LOG_EVERY``), before a checkpoint and at the
+end of an epoch; that is also where a non-finite loss is found, naming its exact step.
+
 Fault injection for tests: ``CL_ZOO_FAULT_KILL_STEP=N`` SIGKILLs the process before global step
 ``N``; ``CL_ZOO_FAULT_NAN_STEP=N`` makes step ``N``'s loss NaN.
 """
@@ -50,6 +54,7 @@ from cl_zoo.train.data import (
 from cl_zoo.train.optim import build_optimizer, lr_factor, set_lr
 from cl_zoo.train.recipe import Recipe
 from cl_zoo.train.state import CHECKPOINT_NAME, capture_rng_state, load_state, restore_rng_state, save_state
+from cl_zoo.train.tally import Flush, StepTally, is_log_step
 
 KNN_KS = (20, 200)
 KNN_TEMPERATURE = 0.1
@@ -236,6 +241,10 @@ class Trainer:
             raise DataError(
                 f"{self.train_data.source}: {len(self.train_index)} training images, fewer than one batch of {r.batch_size}"
             )
+        try:
+            self.method.check_dataset_size(len(self.train_index))  # CMC's bank: one entry per image
+        except ValueError as exc:
+            raise ClZooError(f"{r.method}: {exc}") from None
         size = r.data.image_size
         nbytes = len(self.train_index) * 3 * size * size
         self.in_memory = (nbytes <= _memory_budget(env.device)) if stream is None else not stream
@@ -517,16 +526,16 @@ class Trainer:
                     bar = tqdm(total=self.steps_per_epoch, desc=f"epoch {epoch + 1}/{r.epochs}", unit="step",
                                dynamic_ncols=True, leave=True)
                 t0 = time.perf_counter()
-                loss_sum = torch.zeros((), device=env.device, dtype=torch.float64)
                 seen = start_step = 0
+                resumed_sum = None
                 if partial is not None and epoch == start_epoch:  # resumed mid-epoch
                     start_step, seen = int(partial["step"]), int(partial["seen"])
-                    loss_sum += partial["loss_sum"].to(env.device, torch.float64)
+                    resumed_sum = partial["loss_sum"]
                     if bar is not None:
                         bar.update(start_step)
+                tally = StepTally(env.device, self.steps_per_epoch, start_step, resumed_sum)
                 resumed_seen = seen  # throughput counts this process's steps only
                 lr = peak_lr
-                pos_sims: list[float] = []
                 for i, (index, views) in enumerate(self.batches.epoch(epoch, start_step), start=start_step):
                     if kill_at is not None and global_step == kill_at:
                         os.kill(os.getpid(), signal.SIGKILL)
@@ -537,38 +546,45 @@ class Trainer:
                         views = [v.contiguous(memory_format=torch.channels_last) for v in views]
                     with torch.autocast(env.device.type, dtype=self.autocast_dtype, enabled=self.amp):
                         loss, logs = self.model(views, index, progress_)
-                    if "pos_sim" in logs:
-                        pos_sims.append(float(logs["pos_sim"]))
                     if nan_at is not None and global_step == nan_at:
                         loss = loss * float("nan")
                     loss_value = launch.all_reduce_mean(env, loss.detach().float())
-                    if not torch.isfinite(loss_value):
-                        raise NonFiniteLossError(self._nan_message(loss_value.item(), epoch, i, lr, start_epoch))
+                    # A non-finite loss is found at the next flush (below), which names this step; the
+                    # steps in between only touch weights that are never saved.
                     self.optimizer.zero_grad(set_to_none=True)
                     self.scaler.scale(loss).backward()
                     self.scaler.step(self.optimizer)
                     self.scaler.update()
                     self.method.after_optimizer_step(epoch + (i + 1) / self.steps_per_epoch)
-                    loss_sum += loss_value.double()
+                    tally.record(i, loss_value, logs)
                     seen += 1
                     global_step += 1
                     if bar is not None:
-                        elapsed = max(time.perf_counter() - t0, 1e-9)
                         bar.update(1)
-                        bar.set_postfix(loss=f"{loss_value.item():.4f}", lr=f"{lr:.3g}",
-                                        img_s=f"{(seen - resumed_seen) * r.batch_size / elapsed:.0f}", refresh=False)
-                    if logger is not None and (global_step % 10 == 0 or i == 0):
-                        logger.log_step(global_step, {"loss": float(loss_value), "lr": lr, **{k: float(v) for k, v in logs.items() if k != "loss"}})
-                    if r.checkpoint_every and global_step % r.checkpoint_every == 0 and i + 1 < self.steps_per_epoch:
+                    log_now = is_log_step(i, global_step)  # the same on every rank, so all stop together on NaN
+                    save_now = bool(r.checkpoint_every) and global_step % r.checkpoint_every == 0 and i + 1 < self.steps_per_epoch
+                    if log_now or save_now:  # a checkpoint must never hold an unchecked step
+                        read = self._flush(tally, logs if log_now else None, epoch, global_step, start_epoch, peak_lr)
+                        if log_now:
+                            step_logs = {"loss": read.losses[-1], "lr": lr,
+                                         **{k: v for k, v in read.values.items() if k != "loss"}}
+                            if logger is not None:
+                                logger.log_step(global_step, step_logs)
+                            if bar is not None:
+                                elapsed = max(time.perf_counter() - t0, 1e-9)
+                                bar.set_postfix(loss=f"{read.losses[-1]:.4f}", lr=f"{lr:.3g}",
+                                                img_s=f"{(seen - resumed_seen) * r.batch_size / elapsed:.0f}", refresh=False)
+                    if save_now:
                         self._save(epoch, global_step, [dict(h) for h in history],
-                                   partial={"step": i + 1, "seen": seen, "loss_sum": loss_sum.detach().cpu()})
+                                   partial={"step": i + 1, "seen": seen, "loss_sum": tally.loss_sum.detach().cpu()})
+                end = self._flush(tally, None, epoch, global_step, start_epoch, peak_lr, epoch_end=True)
                 if bar is not None:
                     bar.close()
                 if env.device.type == "cuda":
                     torch.cuda.synchronize(env.device)
                 elapsed = time.perf_counter() - t0
                 row: dict[str, Any] = {
-                    "loss": float(loss_sum.item() / max(seen, 1)),
+                    "loss": float(end.values["loss_sum"] / max(seen, 1)),
                     "lr": lr,
                     "images_per_s": (seen - resumed_seen) * r.batch_size / elapsed,
                     "views_per_s": (seen - resumed_seen) * r.batch_size * self.num_views / elapsed,
@@ -586,7 +602,7 @@ class Trainer:
                     logger.log_epoch(epoch + 1, row)
                     msg = " ".join(f"{k}={v:.4g}" for k, v in row.items())
                     print(f"epoch {epoch + 1}/{r.epochs} {msg}", flush=True)
-                    warning = collapse_warning(epoch + 1, sum(pos_sims) / len(pos_sims) if pos_sims else None)
+                    warning = collapse_warning(epoch + 1, tally.mean_pos_sim(end))
                     if warning:
                         print(warning, flush=True)
                 self._save(epoch + 1, global_step, [{k: v for k, v in h.items()} for h in history])
@@ -596,6 +612,21 @@ class Trainer:
             if logger is not None:
                 logger.close()
         return PretrainResult(self.run_dir, model_dir, r.epochs, last_knn, history)
+
+    def _flush(self, tally: StepTally, logs: dict[str, torch.Tensor] | None, epoch: int, global_step: int,
+               start_epoch: int, peak_lr: float, *, epoch_end: bool = False) -> Flush:
+        """Read the steps since the last flush (and ``logs``) on the host; stop on a non-finite loss.
+
+        ``global_step`` counts the steps done, so step index ``j`` of this epoch ran at global step
+        ``global_step - (tally.recorded - j)``, whose lr the schedule gives again for the message.
+        """
+        read = tally.epoch_end() if epoch_end else tally.flush(logs)
+        bad = read.first_non_finite()
+        if bad is not None:
+            step, value = bad
+            lr = peak_lr * lr_factor(self.recipe, global_step - (tally.recorded - step), self.steps_per_epoch)
+            raise NonFiniteLossError(self._nan_message(value, epoch, step, lr, start_epoch))
+        return read
 
     def _nan_message(self, value: float, epoch: int, step: int, lr: float, start_epoch: int) -> str:
         ckpt = self.run_dir / CHECKPOINT_NAME
