@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from cl_zoo.train.recipe import Recipe
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,7 +36,7 @@ def test_replay_prints_each_step_with_the_schedule_and_health_logs(tmp_path):
     lines = [line.split() for line in proc.stdout.splitlines() if line.startswith("step ")]
     assert [int(words[1]) for words in lines] == [0, 1, 2]
     # one warm-up epoch of 3 steps: the lr ramps 1/3, 2/3, 3/3 of the peak
-    peak = 0.06 * 16 / 256
+    peak = Recipe.load("mocov2_cifar10").with_overrides({"batch_size": 16}).effective_lr  # the recipe's lr scaling
     lrs = [float(words[3]) for words in lines]
     assert all(abs(lr - peak * k / 3) < 1e-4 for lr, k in zip(lrs, (1, 2, 3))), lrs
     assert all({"pos_sim", "neg_sim", "queue_sim"} <= set(words) for words in lines)
