@@ -13,14 +13,21 @@ Everything runs in one process on the same photos (the 255 real ImageNet photos 
   because seeded random weights say nothing about fidelity: ``benchmarks/int8_fidelity.py``
   measures that on the trained tier checkpoints), each with the minimum per-image cosine of its
   features to cl-zoo's torch fp32 features;
-* where the time goes: decoding alone (cl-zoo's draft-mode decode vs the baseline's full decode)
-  and the model alone on a decoded batch.
+* where the time goes: decoding alone (cl-zoo's draft-mode decode through the very loader the
+  pipeline uses, all cores, rate D; and the baseline's full decode) and, per engine, the model
+  alone on an already-decoded batch (all cores, same batch size, fed as the pipeline feeds it,
+  rate M);
+* the bound those imply when decode and inference share the same cores: per image the CPU spends
+  ``cores/D`` seconds decoding and ``cores/M`` in the model, and CPU time adds up, so no schedule
+  beats ``B = 1 / (1/D + 1/M)`` images/s; each engine's end-to-end rate is printed as a share of
+  its own B (on a GPU the model does not use the CPU's cores, so there the bound is ``min(D, M)``).
 
 The OpenVINO conversion is a one-time cost (cached per weights and input size); it is done and
 timed before the timed runs and printed on its own line. Prints the CPU model and its bf16 units
 first, ratios last.
 
     python benchmarks/embed_throughput.py                       # CPU, ~3-5 minutes on 2 cores
+    python benchmarks/embed_throughput.py --count 256 --engines openvino-bf16,openvino-int8
     python benchmarks/embed_throughput.py --count 512 --device cuda
 """
 
@@ -46,9 +53,11 @@ import cl_zoo  # noqa: E402
 from cl_zoo.backends import openvino_available  # noqa: E402
 from cl_zoo.backends.int8 import int8_available  # noqa: E402
 from cl_zoo.data.images import discover_images  # noqa: E402
-from cl_zoo.data.workers import default_workers  # noqa: E402
+from cl_zoo.data.workers import default_workers, usable_cpus  # noqa: E402
 from cl_zoo.embedding import Preprocess, extract_features, resolve_device  # noqa: E402
-from cl_zoo.embedding.preprocess import ImageList, collate_images  # noqa: E402
+from cl_zoo.embedding.preprocess import decode_images  # noqa: E402
+from cl_zoo.embedding.extract import BatchForward, image_batches, overlapped, prepare_engine  # noqa: E402
+from cl_zoo.embedding.options import EngineOptions  # noqa: E402
 from cl_zoo.precision import cpu_capability  # noqa: E402
 
 
@@ -95,13 +104,46 @@ def ours(model, paths, batch, workers, device, precision, backend, **int8):  # n
     return len(paths) / (time.perf_counter() - start), result
 
 
-def decode_only(dataset: torch.utils.data.Dataset, batch: int, workers: int, collate=None) -> float:  # noqa: ANN001
-    loader = torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=workers, collate_fn=collate)
+def decode_only(dataset: torch.utils.data.Dataset, batch: int, workers: int) -> float:
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch, num_workers=workers)
     start = time.perf_counter()
     n = 0
     for item in loader:
-        n += len(item[0]) if isinstance(item, (tuple, list)) else len(item)
+        n += len(item)
     return n / (time.perf_counter() - start)
+
+
+def decode_rate(paths: list[str], pre: Preprocess, batch: int, workers: int) -> float:
+    """D: images/s of cl-zoo's own decode loader (what ``run_batches`` consumes), nothing else running."""
+    batches = [list(range(s, min(s + batch, len(paths)))) for s in range(0, len(paths), batch)]
+    start = time.perf_counter()
+    n = sum(len(indices) for indices, _, _ in image_batches(paths, pre, batches, workers, torch.device("cpu")))
+    return n / (time.perf_counter() - start)
+
+
+def model_rate(model, paths, batch, workers, device, precision, backend, images, **int8):  # noqa: ANN001, ANN003, ANN201
+    """(M, setup seconds): images/s of the engine alone on one decoded batch, fed back to back as
+    ``run_batches`` feeds it, and how long preparing the engine took (compiling from the cache)."""
+    start = time.perf_counter()
+    options = EngineOptions(batch_size=batch, device=device, workers=workers, precision=precision, backend=backend,
+                            **(int8 if precision == "int8" else {}))
+    engine = prepare_engine(model, paths, options, need_fingerprint=False)
+    setup = time.perf_counter() - start
+    forward = BatchForward(model, engine)
+    pixels = torch.from_numpy(decode_images(paths[:batch], engine.preprocess))
+    rounds = max(2, images // batch)
+    with forward.context():
+        forward(pixels)  # warm-up: first-inference allocations and kernel selection
+        start = time.perf_counter()
+        overlapped(range(rounds), forward, lambda _: pixels, lambda _, feats: None)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        return rounds * len(pixels) / (time.perf_counter() - start), setup
+
+
+def bound(d: float, m: float, device: torch.device) -> float:
+    """Images/s no schedule can beat: CPU time per image adds up on the CPU; a GPU model runs beside it."""
+    return min(d, m) if device.type == "cuda" else 1.0 / (1.0 / d + 1.0 / m)
 
 
 def cpu_seconds() -> float:
@@ -131,15 +173,17 @@ def main() -> int:
     parser.add_argument("--model", default="resnet50", help="architecture (seeded random weights)")
     parser.add_argument("--count", type=int, default=256, help="images per run (photos repeated)")
     parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--workers", type=int, default=None, help="DataLoader workers for every pipeline (default: cl-zoo's)")
+    parser.add_argument("--workers", type=int, default=None, help="decode workers for every pipeline (default: cl-zoo's choice)")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--engines", default="all", help="'all' or 'none': also time each backend/precision separately")
+    parser.add_argument("--engines", default="all",
+                        help="'all', 'none' (defaults only) or a comma list of backend-precision, e.g. openvino-bf16,openvino-int8")
+    parser.add_argument("--model-images", type=int, default=None, help="images per model-only run (default: --count / 4)")
     args = parser.parse_args()
     if not args.archive.is_file():
         print(f"needs {args.archive}", file=sys.stderr)
         return 2
     device = resolve_device(args.device)
-    workers = default_workers() if args.workers is None else args.workers
+    workers = args.workers  # None: cl-zoo chooses, as `cl-zoo embed` does
     paths = photo_paths(args.archive, args.count, args.cache)
     torch.manual_seed(0)
     model = cl_zoo.create_model(args.model).eval()
@@ -156,7 +200,7 @@ def main() -> int:
     print(f"cpu: {cap.describe()}; AMX {'yes' if cap.amx else 'no'}, AVX512_BF16 {'yes' if cap.avx512_bf16 else 'no'}; {load}")
     print(f"torch {torch.__version__} ({torch.get_num_threads()} threads), openvino {ov}")
     print(f"{args.model} {model.pretrained_cfg.input_size[1]}px, {len(paths)} JPEGs end to end, batch {args.batch}, "
-          f"{workers} decode workers, device {device}")
+          f"{'auto' if workers is None else workers} decode workers, device {device}")
 
     engines = [("fp32", "torch"), ("bf16", "torch")]
     int8_options = {"calibration": sorted(set(paths)), "force_int8": True}
@@ -176,14 +220,15 @@ def main() -> int:
         baseline(model, paths[: args.batch * 2], args.batch, 0, device)
         extract_features(model, paths[: args.batch * 2], batch_size=args.batch, workers=0, device=device)
 
-    # Where the time goes: decoding alone (both pipelines) and the model alone.
+    # Where the time goes: decoding alone (both pipelines, all cores) and, per engine, the model alone.
     pre = Preprocess.from_model(model)
-    dec_ours = decode_only(ImageList(paths, pre), args.batch, workers, collate_images)
-    dec_base = decode_only(BaselineDataset(paths, baseline_transform(model)), args.batch, workers)
-    print(f"decode only ({workers} workers): cl-zoo draft decode {dec_ours:.1f} images/s, baseline full decode {dec_base:.1f} images/s")
+    cores = usable_cpus()
+    dec_ours = decode_rate(paths, pre, args.batch, cores)
+    dec_base = decode_only(BaselineDataset(paths, baseline_transform(model)), args.batch, cores)
+    print(f"decode only ({cores} workers): cl-zoo draft decode D = {dec_ours:.1f} images/s, baseline full decode {dec_base:.1f} images/s")
 
     before = cpu_seconds()
-    base = baseline(model, paths, args.batch, workers, device)
+    base = baseline(model, paths, args.batch, default_workers() if workers is None else workers, device)
     print(f"baseline torchvision fp32: {base:.2f} images/s, {(cpu_seconds() - before) / len(paths) * 1000:.0f} CPU-ms/image", flush=True)
     before = cpu_seconds()
     default_rate, default_result = ours(model, paths, args.batch, workers, device, "auto", "auto")
@@ -194,20 +239,46 @@ def main() -> int:
     rates = {chosen: default_rate}
     cpu_ms = {chosen: (cpu_seconds() - before) / len(paths) * 1000}
     if args.engines == "all":
-        for prec, backend in engines:
-            if (prec, backend) == chosen:
-                continue
-            before = cpu_seconds()
-            rate, result = ours(model, paths, args.batch, workers, device, prec, backend, **int8_options)
-            features[(prec, backend)], rates[(prec, backend)] = result.features, rate
-            cpu_ms[(prec, backend)] = (cpu_seconds() - before) / len(paths) * 1000
-            print(f"cl-zoo {backend} {prec}: {rate:.2f} images/s, {cpu_ms[(prec, backend)]:.0f} CPU-ms/image", flush=True)
+        wanted = engines
+    elif args.engines == "none":
+        wanted = []
+    else:
+        names = {f"{backend}-{prec}": (prec, backend) for prec, backend in engines}
+        unknown = [e for e in args.engines.split(",") if e not in names]
+        if unknown:
+            print(f"unknown engine(s) {', '.join(unknown)}; available here: {', '.join(names)}", file=sys.stderr)
+            return 2
+        wanted = [names[e] for e in args.engines.split(",")]
+    for prec, backend in wanted:
+        if (prec, backend) == chosen:
+            continue
+        before = cpu_seconds()
+        rate, result = ours(model, paths, args.batch, workers, device, prec, backend, **int8_options)
+        features[(prec, backend)], rates[(prec, backend)] = result.features, rate
+        cpu_ms[(prec, backend)] = (cpu_seconds() - before) / len(paths) * 1000
+        print(f"cl-zoo {backend} {prec}: {rate:.2f} images/s, {cpu_ms[(prec, backend)]:.0f} CPU-ms/image", flush=True)
+    model_images = args.model_images or max(2 * args.batch, args.count // 4)
+    model_only, setup = {}, {}
+    for prec, backend in rates:
+        model_only[(prec, backend)], setup[(prec, backend)] = model_rate(model, paths, args.batch, workers, device, prec, backend,
+                                                                         model_images, **int8_options)
+        print(f"model only {backend} {prec} (batch {args.batch}, {model_images} images): M = {model_only[(prec, backend)]:.2f} "
+              f"images/s; engine setup {setup[(prec, backend)]:.2f} s", flush=True)
     ref = features.get(("fp32", "torch"))
-    print("summary (ratios against the torchvision fp32 baseline measured above):")
+    kind = "min(D, M)" if device.type == "cuda" else f"1/(1/D + 1/M), {cores} cores shared"
+    print(f"summary: end to end, bound B = {kind}, share = e2e / B, ratio against the torchvision fp32 baseline above "
+          f"(D = {dec_ours:.1f} images/s):")
+    print("  (steady: e2e with the engine's one-time setup, measured in the model-only run, taken out of its wall time)")
+    print(f"  {'engine':>14} | {'e2e img/s':>9} | {'M img/s':>8} | {'B img/s':>8} | {'share':>6} | {'steady':>6} | {'vs base':>7} | "
+          "min cosine to torch fp32")
     for (prec, backend), rate in rates.items():
-        cos = f", min cosine to torch fp32 {min_cosine(ref, features[(prec, backend)]):.6f}" if ref is not None else ""
+        cos = f"{min_cosine(ref, features[(prec, backend)]):.6f}" if ref is not None else "-"
         tag = " [cl-zoo defaults]" if (prec, backend) == chosen else ""
-        print(f"  {backend:>8} {prec}: {rate:7.2f} images/s, ratio {rate / base:.2f}x{cos}{tag}")
+        m = model_only[(prec, backend)]
+        b = bound(dec_ours, m, device)
+        steady = len(paths) / max(len(paths) / rate - setup[(prec, backend)], 1e-9)
+        print(f"  {backend + ' ' + prec:>14} | {rate:9.2f} | {m:8.2f} | {b:8.2f} | {rate / b:6.1%} | {steady / b:6.1%} | "
+              f"{rate / base:6.2f}x | {cos}{tag}")
     try:
         load = "load average %.2f %.2f %.2f" % os.getloadavg()
     except OSError:
@@ -215,7 +286,7 @@ def main() -> int:
     print(f"ratio cl-zoo defaults / baseline: {default_rate / base:.2f}x ({load} at the end)")
     if ("int8", "openvino") in rates:
         rate = rates[("int8", "openvino")]
-        decode_ms = max(1, workers) / dec_ours * 1000  # CPU-ms per image the decode workers spend
+        decode_ms = cores / dec_ours * 1000  # CPU-ms per image the decoders spend
         print(f"ratio cl-zoo int8 / baseline: {rate / base:.2f}x, int8 / bf16 (same run): "
               f"{rate / rates.get(('bf16', 'openvino'), float('nan')):.2f}x; decoding takes about {decode_ms:.1f} of int8's "
               f"{cpu_ms[('int8', 'openvino')]:.1f} CPU-ms per image ({decode_ms / cpu_ms[('int8', 'openvino')]:.0%})")

@@ -4,43 +4,20 @@ The public API is small: build or load models (``create_model``, ``load_pretrain
 ``load_model``), write checkpoints (``save_pretrained``), list what exists (``list_models``),
 preprocess images as a model expects (``resolve_data_config``, ``create_transform``, in timm's
 vocabulary) and embed images (``embed``).
+
+``import cl_zoo`` does not import torch: every name below is imported on first use (PEP 562), so
+``cl-zoo --help``, ``cl-zoo models`` and a script that only lists models start at once. Importing
+the package fills the model registry (:mod:`cl_zoo.models`, torch-free tables), so every
+``cl_zoo.*`` module sees the zoo's names.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 
-from cl_zoo.checkpoint import save_pretrained
-from cl_zoo.errors import CheckpointError, ClZooError, DataError, HubError, ModelArgumentError, ModelNotFoundError
-from cl_zoo.checkpoint.hub import load_model, load_pretrained
-from cl_zoo.registry import PretrainedCfg, create_model, list_models, register_model, register_pretrained
-
-
-# The three below import the embedding package on first call, not here, to keep ``import cl_zoo`` light.
-
-
-def embed(*args: Any, **kwargs: Any) -> Any:
-    """Embed image files, folders or in-memory images; see :func:`cl_zoo.embedding.api.embed`."""
-    from cl_zoo.embedding.api import embed as _embed
-
-    return _embed(*args, **kwargs)
-
-
-def resolve_data_config(model_or_name: Any, **overrides: Any) -> dict[str, Any]:
-    """timm's data config for a model; see :func:`cl_zoo.data.transforms.resolve_data_config`."""
-    from cl_zoo.data.transforms import resolve_data_config as _resolve
-
-    return _resolve(model_or_name, **overrides)
-
-
-def create_transform(model_or_name_or_config: Any, is_training: bool = False) -> Any:
-    """PIL image -> the tensor a model is fed; see :func:`cl_zoo.data.transforms.create_transform`."""
-    from cl_zoo.data.transforms import create_transform as _create
-
-    return _create(model_or_name_or_config, is_training=is_training)
-
+from cl_zoo import models  # noqa: E402,F401  (fills the registry: the one place that imports the tables)
+from cl_zoo.errors import CheckpointError, ClZooError, DataError, HubError, ModelArgumentError, ModelNotFoundError  # noqa: E402
+from cl_zoo.lazy import lazy_exports  # noqa: E402
 
 __all__ = [
     "__version__",
@@ -62,3 +39,18 @@ __all__ = [
     "HubError",
     "DataError",
 ]
+
+__getattr__, __dir__ = lazy_exports(globals(), {
+    "create_model": "cl_zoo.factory:create_model",
+    "load_pretrained": "cl_zoo.factory:load_pretrained",
+    "load_model": "cl_zoo.factory:load_model",
+    "list_models": "cl_zoo.registry:list_models",
+    "register_model": "cl_zoo.registry:register_model",
+    "register_pretrained": "cl_zoo.registry:register_pretrained",
+    "PretrainedCfg": "cl_zoo.registry:PretrainedCfg",
+    "save_pretrained": "cl_zoo.checkpoint.folder:save_pretrained",
+    # Batched feature extraction: cl_zoo.embedding.api.embed (a function; cl_zoo.embedding is its package).
+    "embed": "cl_zoo.embedding.api:embed",
+    "resolve_data_config": "cl_zoo.embedding.transforms:resolve_data_config",
+    "create_transform": "cl_zoo.embedding.transforms:create_transform",
+})

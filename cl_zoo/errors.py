@@ -35,3 +35,19 @@ class HubError(ClZooError):
 
 class DataError(ClZooError):
     """Input data that cannot be used: missing, empty, unreadable or inconsistent."""
+
+
+# The HTTP stacks huggingface_hub has shipped on: requests/urllib3 (0.x), httpx/httpcore (1.x), httpx2.
+_TRANSPORT_MODULES = frozenset({"httpx", "httpx2", "httpcore", "requests", "urllib3"})
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the Hub client's HTTP stack failing to connect, time out or speak HTTP.
+
+    huggingface_hub lets those through untyped (``httpx2.ConnectError`` ...), and which stack it uses
+    changes between its versions, so the check goes by the exception's module rather than by a class
+    that may not exist in the installed version. Every Hub call of cl-zoo (download, publish,
+    release sources) turns them into one "cannot be reached" line with this; it lives here, below
+    all of them, so that none imports another's module for it.
+    """
+    return type(exc).__module__.split(".")[0] in _TRANSPORT_MODULES

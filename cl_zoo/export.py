@@ -47,8 +47,13 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 import torch.nn as nn
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torchvision.models import resnet as tv
 
 from cl_zoo.errors import CheckpointError
+from cl_zoo.factory import load_model
+from cl_zoo.models.cmc_dual import CMCDualEncoder
 from cl_zoo.fileio import atomic_path
 
 # A key of a torchvision ResNet backbone (no classifier), relative to the backbone.
@@ -145,9 +150,6 @@ def _unwrap_checkpoint(obj: Any, source: str) -> dict[str, torch.Tensor]:
 
 def _read_file(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         try:
             return load_file(str(path))
         except (SafetensorError, OSError) as exc:
@@ -162,19 +164,7 @@ def _read_file(path: Path) -> dict[str, torch.Tensor]:
 
 def _load_model(spec: str) -> nn.Module:
     """The user's ``--model`` string as a model, through the one resolver every command uses."""
-    try:
-        from cl_zoo import load_model  # type: ignore[attr-defined]
-    except ImportError:
-        load_model = None
-    if load_model is not None:
-        return load_model(spec)
-    if Path(spec).is_dir():
-        from cl_zoo.checkpoint import load_folder
-
-        return load_folder(spec)
-    from cl_zoo.registry import create_model, is_pretrained_name
-
-    return create_model(spec, pretrained=is_pretrained_name(spec))
+    return load_model(spec)
 
 
 def _depth(state: Mapping[str, torch.Tensor], source: str) -> int:
@@ -205,8 +195,6 @@ def resnet_weights(
     if isinstance(source, ResNetWeights):
         return source
     if isinstance(source, nn.Module):
-        from cl_zoo.models.cmc_dual import CMCDualEncoder
-
         name = getattr(source, "model_name", None) or type(source).__name__
         if isinstance(source, CMCDualEncoder) and prefix is None:
             # Saying "choose one with --prefix" would send the user to a second refusal: neither half
@@ -265,8 +253,6 @@ def resnet_weights(
 
 def check_standard_layout(weights: ResNetWeights, target: str) -> None:
     """Refuse weights that the target's stock ResNet could not hold (CIFAR stem, widths, channels)."""
-    from torchvision.models import resnet as tv
-
     with torch.device("meta"):
         reference = getattr(tv, f"resnet{weights.depth}")().state_dict()
     conv1 = weights.state.get("conv1.weight")
@@ -397,8 +383,6 @@ def export_timm(
     source: str | nn.Module | Mapping[str, torch.Tensor], out: str | os.PathLike[str], *, prefix: str | None = None
 ) -> ExportSummary:
     """A ``.safetensors`` file for timm's ``resnetNN`` (same names as torchvision; no ``fc``)."""
-    from safetensors.torch import save_file
-
     weights = resnet_weights(source, prefix)
     check_standard_layout(weights, "timm")
     state = torchvision_state(weights)

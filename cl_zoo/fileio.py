@@ -19,7 +19,7 @@ entry, the second waits, then finds it done.
 
 Reading is the other half: every JSON file cl-zoo reads back (a checkpoint's config and shard index,
 an embedding manifest, an index sidecar, an evaluation report, a COCO annotation file) may come from
-someone else or have been copied around. :func:`read_json` is the one reader for all of them: it
+someone else or have been copied around. :func:`read_bounded_json` is the one reader for all of them: it
 refuses a file larger than the caller's bound before reading it, refuses what is not a regular file
 (a FIFO would block forever, ``/dev/zero`` never ends), and turns every failure (missing, unreadable,
 not UTF-8, malformed, nested deep enough to exhaust the parser's recursion, an integer with more
@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.text import one_line
 
 __all__ = [
     "atomic_path",
@@ -61,6 +62,7 @@ __all__ = [
     "atomic_save_torch",
     "atomic_save_npy",
     "file_lock",
+    "read_bounded_json",
     "read_json",
     "check_replaceable",
     "check_output_path",
@@ -222,18 +224,18 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
 
 
 # Bounds for JSON that several modules read, kept here (no heavy imports) so a light reader such as
-# ``cl_zoo.search`` shares them with the module that owns the format instead of repeating a literal.
+# ``cl_zoo.index.search`` shares them with the module that owns the format instead of repeating a literal.
 # The zoo's largest checkpoint config is 9 KB (a tier card with every seed's figures).
 MAX_CHECKPOINT_CONFIG_BYTES = 4 << 20
 # An embeddings ``.meta.json`` / shard ``manifest.json`` is a few hundred bytes.
 MAX_EMBEDDINGS_META_BYTES = 16 << 20
 
 
-def read_json(
+def read_bounded_json(
     path: str | os.PathLike[str],
-    *,
     max_bytes: int,
     what: str = "JSON file",
+    *,
     error: type[ClZooError] = DataError,
 ) -> Any:
     """The parsed content of the JSON file ``path``, read only when it is at most ``max_bytes``.
@@ -241,7 +243,8 @@ def read_json(
     ``max_bytes`` is the caller's statement of what the file can reasonably hold (a config: a few KB;
     COCO's train annotations: 450 MB); ``what`` names the file in the refusal. Every failure raises
     ``error`` (a :class:`ClZooError`, so the CLI prints one line) and nothing else: callers that treat
-    an unreadable file as absent (a cache entry) catch ``ClZooError``.
+    an unreadable file as absent (a cache entry) catch ``ClZooError``. The size is checked on the
+    open descriptor before a byte is read, so a huge file costs nothing.
     """
     path = Path(path)
     try:
@@ -268,7 +271,11 @@ def read_json(
     try:
         return json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, a 5000-digit integer
-        raise error(f"{path} is not valid JSON ({' '.join(str(exc).split())[:200]})") from None
+        raise error(f"{path} is not valid JSON ({one_line(exc)})") from None
+
+
+# The name the reader had before issue 43; modules not yet moved to the new name still import it.
+read_json = read_bounded_json
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -403,3 +410,10 @@ def check_output_path(
     if reason is not None:
         raise error(f"{option} {text}: cannot create files in {existing} ({reason})")
     return path
+
+
+def cache_root() -> Path:
+    """``$CL_ZOO_CACHE`` (default ``~/.cache/cl-zoo``): shared by extracted datasets, decoded tensors
+    and fetched releases. Here, in a torch-free leaf, so ``cl-zoo models`` can look in it without
+    importing :mod:`cl_zoo.data` (``cl_zoo.data.archive.cache_root`` re-exports it)."""
+    return Path(os.environ.get("CL_ZOO_CACHE", "~/.cache/cl-zoo")).expanduser()

@@ -1,14 +1,21 @@
-"""Model registry in the style of timm.
+"""Model registry in the style of timm's ``_registry`` / ``_pretrained``: a leaf.
 
 Two kinds of names:
 
-* an *architecture* (``resnet50``, ``resnet18_cifar``, ``cmc_resnet50x05_lab``...) is a function
-  registered with :func:`register_model` that builds a randomly initialised backbone;
+* an *architecture* (``resnet50``, ``resnet18_cifar``, ``cmc_resnet50x05_lab``...) builds a randomly
+  initialised backbone. The zoo's own are declared with :func:`declare_model` in a torch-free table
+  (:mod:`cl_zoo.models.archs`: name -> ``"module:function"``, default config, size), resolved on
+  first build; :func:`register_model` registers any other builder function (decorator);
 * a *pretrained model* (``<method>_<arch>.<tag>``, e.g. ``dcl_resnet18_cifar.cifar10``) is an
   architecture plus a :class:`PretrainedCfg` saying where its weights live and how they were made,
   registered with :func:`register_pretrained`.
 
-``create_model(name, pretrained=True)`` resolves the weights through :mod:`cl_zoo.checkpoint.hub`.
+This module holds the config class, the tables and the look-ups only; it imports no torch, no
+:mod:`cl_zoo.models` and no :mod:`cl_zoo.checkpoint`, so ``cl-zoo models`` / ``info`` list the zoo
+without torch and nothing below the factory has to import upwards. The tables are filled in one
+place, :mod:`cl_zoo.models` (imported by ``import cl_zoo``). Building from a name and loading
+weights is :mod:`cl_zoo.factory`'s job (``create_model`` etc. are re-exported here lazily, for the
+old import path).
 """
 
 from __future__ import annotations
@@ -17,19 +24,38 @@ import copy
 import dataclasses
 import difflib
 import fnmatch
+import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, ItemsView, Iterator, KeysView, ValuesView
+from typing import TYPE_CHECKING, Any, Callable, ItemsView, Iterator, KeysView, ValuesView
 
-import torch.nn as nn
+from cl_zoo.constants import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD
+from cl_zoo.errors import ModelNotFoundError
+from cl_zoo.lazy import lazy_exports
 
-from cl_zoo.errors import ModelArgumentError, ModelNotFoundError
+if TYPE_CHECKING:
+    import torch.nn as nn
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR10_STD = (0.2470, 0.2435, 0.2616)
+__all__ = [
+    "CIFAR10_MEAN", "CIFAR10_STD", "IMAGENET_MEAN", "IMAGENET_STD", "DEFAULT_MODEL", "ZOO_NAMESPACE",
+    "SHARED_FIELDS", "PretrainedCfg", "ModelEntry", "PretrainedEntry", "register_model", "declare_model",
+    "register_pretrained", "list_models", "suggest_models", "get_arch", "get_pretrained", "is_pretrained_name",
+    "is_architecture", "pretrained_of", "find_pretrained", "find_arch", "build_arch", "SUGGESTION_CUTOFF",
+]
+
 # The bundled checkpoint `cl-zoo embed` uses when no --model is given (works offline).
 DEFAULT_MODEL: str = "cacr_resnet18.imagenette64_cpu"
+# The Hub namespace (user or organisation) of the zoo's own checkpoints: every registered zoo model
+# ``NAME`` lives in the repo ``<namespace>/NAME``, pinned by the sha256 of its weight files (never by
+# a revision, which would have to exist before the registry could name it). A fork or a company
+# mirror publishes the zoo elsewhere with ``cl-zoo publish --all --namespace X`` and points cl-zoo at
+# it with CL_ZOO_HUB_NAMESPACE (:func:`cl_zoo.checkpoint.hub.zoo_namespace`).
+ZOO_NAMESPACE = "cl-zoo"
+
+# The cl-zoo PretrainedCfg fields that are timm's too, with the same meaning, and so are written
+# into config.json's pretrained_cfg. ``hf_hub_id`` and ``url`` are timm fields but mean "load from
+# here" to timm, which would send a local-dir load elsewhere: they stay in cl-zoo's part.
+# (Defined here, beside the dataclass whose fields it names; cl_zoo.checkpoint.timm_compat re-exports it.)
+SHARED_FIELDS: tuple[str, ...] = ("mean", "std", "input_size", "interpolation", "crop_pct", "license")
 
 
 @dataclass
@@ -95,8 +121,6 @@ class PretrainedCfg:
     # pretrained_cfg timm's dataclass accepts (it refuses unknown keys).
 
     def _timm_view(self) -> dict[str, Any]:
-        from cl_zoo.checkpoint.timm_compat import SHARED_FIELDS
-
         view = {key: getattr(self, key) for key in SHARED_FIELDS if getattr(self, key) is not None}
         view["crop_mode"] = "center"
         view["num_classes"] = 0
@@ -129,10 +153,23 @@ class PretrainedCfg:
 
 @dataclass(frozen=True)
 class ModelEntry:
+    """An architecture: its builder (a function, or ``"module:function"`` imported on first build),
+    default config and, where declared, its size, so listings need not build it."""
+
     name: str
-    builder: Callable[..., nn.Module]
+    entry_point: "str | Callable[..., nn.Module]"
     default_cfg: PretrainedCfg
     family: str
+    params: int | None = None  # parameter count with the builder's defaults
+    num_features: int | None = None  # feature dimension with the builder's defaults
+
+    @property
+    def builder(self) -> "Callable[..., nn.Module]":
+        """The builder function; a declared entry point imports its family module (and torch) here."""
+        if callable(self.entry_point):
+            return self.entry_point
+        module, _, function = self.entry_point.partition(":")
+        return getattr(importlib.import_module(module), function)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -148,17 +185,41 @@ _PRETRAINED: dict[str, PretrainedEntry] = {}
 
 
 def register_model(
-    fn: Callable[..., nn.Module] | None = None, *, default_cfg: PretrainedCfg | None = None
+    fn: "Callable[..., nn.Module] | None" = None, *, default_cfg: PretrainedCfg | None = None
 ) -> Any:
-    """Register an architecture builder under its function name (decorator)."""
+    """Register an architecture builder under its function name (decorator).
 
-    def wrap(builder: Callable[..., nn.Module]) -> Callable[..., nn.Module]:
+    A name already declared with :func:`declare_model` pointing at this very function keeps its
+    declared config and size: the family module confirms the declaration when it is imported.
+    """
+
+    def wrap(builder: "Callable[..., nn.Module]") -> "Callable[..., nn.Module]":
         name = builder.__name__
         family = builder.__module__.rsplit(".", 1)[-1]
-        _ARCHS[name] = ModelEntry(name, builder, default_cfg or PretrainedCfg(), family)
+        declared = _ARCHS.get(name)
+        if declared is not None and declared.entry_point == f"{builder.__module__}:{name}" and default_cfg is None:
+            _ARCHS[name] = dataclasses.replace(declared, entry_point=builder)
+        else:
+            _ARCHS[name] = ModelEntry(name, builder, default_cfg or PretrainedCfg(), family)
         return builder
 
     return wrap(fn) if fn is not None else wrap
+
+
+def declare_model(
+    name: str, entry_point: str, default_cfg: PretrainedCfg, *, params: int | None = None, num_features: int | None = None
+) -> ModelEntry:
+    """Declare an architecture by entry point (``"cl_zoo.models.resnet:resnet18"``) without importing it.
+
+    ``params``/``num_features`` are the built model's, with its defaults, so ``cl-zoo models`` can
+    show them without torch (``tests/test_models.py`` builds each one and compares).
+    """
+    module, sep, function = entry_point.partition(":")
+    if not sep or function != name:
+        raise ValueError(f"entry point of {name!r} must be 'module:{name}', got {entry_point!r}")
+    entry = ModelEntry(name, entry_point, default_cfg, module.rsplit(".", 1)[-1], params, num_features)
+    _ARCHS[name] = entry
+    return entry
 
 
 def register_pretrained(
@@ -172,21 +233,16 @@ def register_pretrained(
     return entry
 
 
-def _ensure_loaded() -> None:
-    # Importing the models package runs every @register_model and the pretrained table.
-    import cl_zoo.models  # noqa: F401
-
-
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
     """Names matching a glob pattern: pretrained entries, plus architectures unless ``pretrained``."""
-    _ensure_loaded()
     names = list(_PRETRAINED)
     if not pretrained:
         names += list(_ARCHS)
     return sorted(n for n in set(names) if fnmatch.fnmatch(n, pattern))
 
 
-def _pretrained_of(arch: str) -> list[str]:
+def pretrained_of(arch: str) -> list[str]:
+    """The pretrained names registered for ``arch``, for messages that point from an architecture to its weights."""
     return sorted(n for n, e in _PRETRAINED.items() if e.arch == arch)
 
 
@@ -226,13 +282,12 @@ def _suggestions(name: str, candidates: list[str]) -> list[str]:
 def suggest_models(name: str) -> list[str]:
     """Up to three registered names close to ``name`` (pretrained names first), for a "did you
     mean" wherever a model name is typed (``cl-zoo embed --model``, ``cl-zoo info``)."""
-    _ensure_loaded()
     return _suggestions(name, list(_PRETRAINED)) or _suggestions(name, list(_PRETRAINED) + list(_ARCHS))
 
 
 def _not_found(name: str, pretrained_only: bool = False) -> ModelNotFoundError:
     if pretrained_only and name in _ARCHS:
-        tags = _pretrained_of(name)
+        tags = pretrained_of(name)
         weights = f"its pretrained weights: {', '.join(tags)}" if tags else "no pretrained weights are registered for it"
         return ModelNotFoundError(
             f"{name!r} is an architecture, not a checkpoint: cl_zoo.create_model({name!r}) builds it with random "
@@ -245,43 +300,37 @@ def _not_found(name: str, pretrained_only: bool = False) -> ModelNotFoundError:
 
 
 def get_arch(name: str) -> ModelEntry:
-    _ensure_loaded()
     if name not in _ARCHS:
         raise _not_found(name)
     return _ARCHS[name]
 
 
 def get_pretrained(name: str) -> PretrainedEntry:
-    _ensure_loaded()
     if name not in _PRETRAINED:
         raise _not_found(name, pretrained_only=True)
     return _PRETRAINED[name]
 
 
 def is_pretrained_name(name: str) -> bool:
-    _ensure_loaded()
     return name in _PRETRAINED
 
 
 def is_architecture(name: str) -> bool:
     """Whether ``name`` is a registered architecture (random weights), not a pretrained name."""
-    _ensure_loaded()
     return name in _ARCHS
 
 
 def find_pretrained(name: str) -> PretrainedEntry | None:
     """The pretrained entry registered under ``name``, or None (no error, no suggestions)."""
-    _ensure_loaded()
     return _PRETRAINED.get(name)
 
 
 def find_arch(name: str) -> ModelEntry | None:
     """The architecture registered under ``name``, or None."""
-    _ensure_loaded()
     return _ARCHS.get(name)
 
 
-def build_arch(arch: str, cfg: PretrainedCfg | None = None, **kwargs: Any) -> nn.Module:
+def build_arch(arch: str, cfg: PretrainedCfg | None = None, **kwargs: Any) -> "nn.Module":
     """Instantiate an architecture and attach its pretrained config (``model.pretrained_cfg``)."""
     entry = get_arch(arch)
     model = entry.builder(**kwargs)
@@ -293,95 +342,9 @@ def build_arch(arch: str, cfg: PretrainedCfg | None = None, **kwargs: Any) -> nn
     return model
 
 
-# timm's way of asking for no classifier (``create_model(name, num_classes=0)``): what every zoo
-# model already is, so the value is accepted and changes nothing.
-_HEADLESS = (0, None)
-
-
-def check_pretrained_kwargs(what: str, kwargs: dict[str, Any], hint: str = "") -> None:
-    """Refuse model arguments for a load whose weights already fix the architecture.
-
-    Only ``num_classes=0``/``None`` (timm's "no classifier", which zoo models are) passes; anything
-    else would have to change the network the weights were saved from, and silently ignoring it
-    would hand back a model that is not what was asked for.
-    """
-    for key, value in kwargs.items():
-        if key == "num_classes":
-            if value not in _HEADLESS:
-                raise _classifier_refused(what, value)
-            continue
-        raise ModelArgumentError(f"{what} cannot take {key}={value!r}: the checkpoint fixes the architecture; leave it out{hint}")
-
-
-def _classifier_refused(what: str, value: Any) -> ModelArgumentError:
-    return ModelArgumentError(
-        f"{what} cannot take num_classes={value!r}: zoo models are headless feature extractors (forward gives "
-        f"[B, model.num_features]); put torch.nn.Linear(model.num_features, {value!r}) on top, or pass num_classes=0"
-    )
-
-
-def _architecture_kwargs(name: str, arch: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` for ``arch``'s builder, every one checked against what the builder accepts."""
-    from cl_zoo.checkpoint.checks import accepted_args
-
-    accepted = accepted_args(get_arch(arch).builder)
-    out = {}
-    for key, value in kwargs.items():
-        if key == "num_classes" and key not in accepted:
-            if value not in _HEADLESS:
-                raise _classifier_refused(f"create_model({name!r})", value)
-            continue
-        if key not in accepted:
-            known = ", ".join(sorted(accepted)) or "no arguments"
-            raise ModelArgumentError(f"create_model({name!r}) does not take {key}={value!r}; {arch} accepts {known}")
-        out[key] = value
-    return out
-
-
-def _build(name: str, arch: str, cfg: PretrainedCfg | None, base: dict[str, Any], kwargs: dict[str, Any]) -> nn.Module:
-    """``build_arch`` with the caller's arguments; a builder refusing their values is one line, not a traceback."""
-    args = _architecture_kwargs(name, arch, kwargs)
-    try:
-        model = build_arch(arch, cfg, **{**base, **args})
-    except (TypeError, ValueError) as exc:
-        if not args:
-            raise  # no user argument involved: a bug, keep the traceback
-        given = ", ".join(f"{k}={v!r}" for k, v in args.items())
-        text = " ".join(str(exc).split())[:200]
-        raise ModelArgumentError(f"create_model({name!r}, {given}) cannot build {arch}: {text}") from None
-    model.model_name = name
-    return model
-
-
-def create_model(name: str, pretrained: bool = False, **kwargs: Any) -> nn.Module:
-    """Build a model by architecture or pretrained name.
-
-    ``create_model("resnet50")`` gives random weights; ``create_model("dcl_resnet18_cifar.cifar10",
-    pretrained=True)`` downloads (or finds bundled/cached) weights and verifies their checksum.
-    ``pretrained=False`` on a pretrained name builds its architecture with its preprocessing config
-    but random weights.
-
-    ``kwargs`` go to the architecture's builder (``width=0.5``, ``in_chans=1``...); one it does not
-    accept raises :class:`~cl_zoo.errors.ModelArgumentError` naming it, never goes unread. With
-    ``pretrained=True`` the weights fix the architecture, so only ``num_classes=0`` (timm's "no
-    classifier", which every zoo model is) is accepted. ``num_classes`` > 0 is refused: zoo models
-    have no classifier head to replace.
-    """
-    _ensure_loaded()
-    if name in _PRETRAINED:
-        entry = _PRETRAINED[name]
-        if pretrained:
-            from cl_zoo.checkpoint.hub import load_registered
-
-            check_pretrained_kwargs(f"create_model({name!r}, pretrained=True)", kwargs, ", or build random weights with pretrained=False")
-            return load_registered(entry)
-        return _build(name, entry.arch, entry.cfg, entry.model_kwargs, kwargs)
-    if name in _ARCHS:
-        if pretrained:
-            tags = _pretrained_of(name)
-            hint = f" (pretrained: {', '.join(sorted(tags))})" if tags else ""
-            raise ModelNotFoundError(
-                f"{name!r} is an architecture; pick pretrained weights by their full name{hint}"
-            )
-        return _build(name, name, None, {}, kwargs)
-    raise _not_found(name)
+# Building from a name and loading weights live in the factory, above the registry; these names
+# stay importable from here (``from cl_zoo.registry import create_model``) without importing it.
+__getattr__, __dir__ = lazy_exports(globals(), {
+    "create_model": "cl_zoo.factory:create_model",
+    "check_pretrained_kwargs": "cl_zoo.factory:check_pretrained_kwargs",
+})

@@ -48,7 +48,7 @@ from cl_zoo.checkpoint import INDEX_NAME, consolidate_weights, upgrade_config
 from cl_zoo.checkpoint.card import PAPERS, extra_sections, registered_name_of, render_card
 from cl_zoo.checkpoint.hub import zoo_repo_id
 from cl_zoo.checkpoint.timm_compat import ZOO_CFG_KEY
-from cl_zoo.dedup_calibration import card_section as dedup_card_section
+from cl_zoo.index.dedup_calibration import card_section as dedup_card_section
 from cl_zoo.errors import ClZooError
 from cl_zoo.eval.report import MAX_REPORT_BYTES, compare_reports, read_report
 from cl_zoo.fileio import atomic_write_text

@@ -20,7 +20,7 @@ from pathlib import Path
 
 def main(argv: list[str] | None = None) -> int:
     from cl_zoo.data.images import discover_images
-    from cl_zoo.dedup_calibration import CONFIG_KEY, calibrate_dedup_threshold
+    from cl_zoo.index.dedup_calibration import CONFIG_KEY, calibrate_dedup_threshold
     from cl_zoo.fileio import atomic_write_json
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])

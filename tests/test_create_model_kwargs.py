@@ -55,3 +55,14 @@ def test_load_pretrained_kwargs() -> None:
     one_line(lambda: cl_zoo.load_pretrained(DEFAULT_MODEL, in_chans=1), "cannot take in_chans=1")
     one_line(lambda: cl_zoo.load_pretrained(folder / "config.json", arch="resnet50"), "cannot take arch='resnet50'")
     assert cl_zoo.load_pretrained(folder, num_classes=0).num_features == 512
+
+
+def test_load_registered_refuses_model_arguments() -> None:
+    """``load_registered`` (the factory's loader behind ``pretrained=True``) reads its kwargs: a model
+    argument is refused in one line, timm's ``num_classes=0`` passes."""
+    from cl_zoo.factory import load_registered
+    from cl_zoo.registry import get_pretrained
+
+    entry = get_pretrained(DEFAULT_MODEL)
+    one_line(lambda: load_registered(entry, width=0.5), "cannot take width=0.5: the checkpoint fixes")
+    assert load_registered(entry, num_classes=0).num_features == 512

@@ -11,7 +11,7 @@ import pytest
 
 import cl_zoo
 from cl_zoo.cli import main
-from cl_zoo.dedup_calibration import (
+from cl_zoo.index.dedup_calibration import (
     COPY_KINDS,
     FALLBACK_DEDUP_THRESHOLD,
     calibrate_dedup_threshold,
@@ -19,7 +19,7 @@ from cl_zoo.dedup_calibration import (
     recorded_threshold,
 )
 from cl_zoo.embedding import model_metadata, save_embeddings
-from cl_zoo.search import dedup_threshold_for, nearest_neighbour_scores
+from cl_zoo.index.search import dedup_threshold_for, nearest_neighbour_scores
 
 DATA = Path(__file__).parent / "data" / "embed"
 BUNDLED = cl_zoo.registry.DEFAULT_MODEL  # the bundled default carries a calibration

@@ -126,3 +126,32 @@ def test_read_json_refuses_what_is_not_a_regular_file_without_blocking(tmp_path:
         read_json(tmp_path, max_bytes=100)
     with pytest.raises(DataError, match="is missing"):
         read_json(tmp_path / "gone.json", max_bytes=100)
+
+
+def test_read_bounded_json_refuses_an_oversized_file_before_reading_a_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cl_zoo import fileio
+    from cl_zoo.fileio import read_bounded_json
+
+    path = tmp_path / "manifest.json"
+    with open(path, "wb") as fh:
+        fh.truncate(8 << 30)  # sparse: 8 GiB by its size, nothing on disk; reading it would take minutes
+
+    def no_reading(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the file was opened for reading")
+
+    monkeypatch.setattr(fileio.os, "fdopen", no_reading)
+    with pytest.raises(DataError, match=r"is 8589934592 bytes, more than a shard manifest can be \(1048576 bytes\)") as info:
+        read_bounded_json(path, 1 << 20, "shard manifest")
+    assert "\n" not in str(info.value)
+    assert fileio.read_json is read_bounded_json  # the old name is the same reader
+
+
+@pytest.mark.parametrize("error", [DataError, CheckpointError])
+def test_read_bounded_json_bad_json_is_one_line_of_the_callers_error(tmp_path: Path, error: type[DataError]) -> None:
+    from cl_zoo.fileio import read_bounded_json
+
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "a": 1,\n  "b": [1, 2,\n}\n')
+    with pytest.raises(error, match=r"config.json is not valid JSON \(.*line 4") as info:
+        read_bounded_json(path, 1 << 10, "checkpoint config", error=error)
+    assert "\n" not in str(info.value) and type(info.value) is error

@@ -26,7 +26,7 @@ from cl_zoo.index import (
     read_info,
     sidecar_path,
 )
-from cl_zoo.search import similar_pairs
+from cl_zoo.index.search import similar_pairs
 
 MiB = 1 << 20
 
@@ -429,3 +429,39 @@ def test_damaged_shard_folders_are_refused_and_leave_indexes_alone(photo_shards:
             assert_one_error_line(err, fragment)
         assert untouched(existing_index)
         assert (index.read_bytes(), sidecar_path(index).read_bytes()) == saved
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("no listing", r"has no emb\.paths\.jsonl beside it naming its rows"),
+    ("short listing", r"has shape \(6, 4\) but emb\.paths\.jsonl lists 5 paths"),
+    ("other count", r"emb\.meta\.json records count 7 but .*emb\.npy has 6; the files do not belong together"),
+    ("bad metadata", r"emb\.meta\.json: dims must be a non-negative integer, got '4'"),
+    ("truncated", r"emb\.npy is truncated"),
+])
+def test_a_saved_index_and_a_loaded_matrix_read_one_npy_output_the_same_way(tmp_path: Path, damage: str, message: str) -> None:
+    """``search``/``dedup`` through a saved index (:func:`cl_zoo.index.open_rows`, values left on disk)
+    and without one (:func:`cl_zoo.embedding.load_embeddings`) read a ``.npy`` and its sidecars with
+    one reader (:func:`cl_zoo.arrays.read_npy_rows`), so a damaged output is refused in the same words."""
+    from cl_zoo.embedding import load_embeddings
+    from cl_zoo.index import open_rows
+
+    emb = tmp_path / "emb.npy"
+    x = random_embeddings(emb, 6, 4)
+    listing, info = tmp_path / "emb.paths.jsonl", tmp_path / "emb.meta.json"
+    info.write_text(json.dumps({"dims": 4, "count": 6, "dtype": "float32"}))
+    rows = open_rows(emb)
+    assert (rows.rows, rows.dims, rows.paths) == (6, 4, load_embeddings(emb)[1]) and np.array_equal(load_embeddings(emb)[0], x)
+    if damage == "no listing":
+        listing.unlink()
+    elif damage == "short listing":
+        write_path_list(listing, [f"/images/{i:06d}.jpg" for i in range(5)])
+    elif damage == "other count":
+        info.write_text(json.dumps({"dims": 4, "count": 7, "dtype": "float32"}))
+    elif damage == "bad metadata":
+        info.write_text(json.dumps({"dims": "4", "count": 6, "dtype": "float32"}))
+    else:
+        emb.write_bytes(emb.read_bytes()[:-4])
+    for read in (open_rows, load_embeddings):
+        with pytest.raises(DataError, match=message) as error:
+            read(emb)
+        assert "\n" not in str(error.value)

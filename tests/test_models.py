@@ -94,3 +94,40 @@ def test_width_and_bad_arguments() -> None:
     with pytest.raises(ValueError, match="stem"):
         meta_model("resnet18", stem="weird")
     assert cl_zoo.create_model("pixels")(torch.rand(2, 3, 32, 32)).shape == (2, 3072)
+
+
+# --------------------------------------------------------------------------------------------
+# The torch-free architecture table (cl_zoo/models/archs.py) and the family modules agree
+# --------------------------------------------------------------------------------------------
+
+
+def test_architecture_table_matches_the_family_modules() -> None:
+    """Every ``@register_model`` builder of a family module is declared in the table with its entry
+    point, and every declared entry point is that decorated builder: one list, checked both ways."""
+    import importlib
+    import inspect
+
+    from cl_zoo.models.archs import ARCHITECTURES
+    from cl_zoo.registry import _ARCHS
+
+    declared = {name: f"cl_zoo.models.{family}:{name}" for name, family, *_ in ARCHITECTURES}
+    for family in sorted({family for _, family, *_ in ARCHITECTURES}):
+        module = importlib.import_module(f"cl_zoo.models.{family}")
+        for name, fn in inspect.getmembers(module, inspect.isfunction):
+            if fn.__module__ == module.__name__ and _ARCHS.get(name) is not None and _ARCHS[name].builder is fn:
+                assert declared.get(name) == f"{module.__name__}:{name}", f"{name} is registered but not in archs.py"
+    for name, entry_point in declared.items():
+        entry = _ARCHS[name]
+        module, _, function = entry_point.partition(":")
+        assert entry.builder is getattr(importlib.import_module(module), function), name
+        assert entry.family == module.rsplit(".", 1)[-1]
+
+
+@pytest.mark.parametrize("name", sorted(set(cl_zoo.list_models()) - set(cl_zoo.list_models(pretrained=True))))
+def test_declared_sizes_are_the_built_ones(name: str) -> None:
+    """``cl-zoo models`` shows the table's sizes without building: they must be what a build gives."""
+    from cl_zoo.registry import get_arch
+
+    entry = get_arch(name)
+    model = meta_model(name)
+    assert (entry.params, entry.num_features) == (n_params(model), model.num_features)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from cl_zoo.embedding import load_embeddings, save_embeddings
 from cl_zoo.errors import DataError
-from cl_zoo.search import build_index, load_index, save_index, search
+from cl_zoo.index.search import build_index, load_index, save_index, search
 
 COUNTS: Counter[str] = Counter()
 ROWS, DIMS = 6, 8

@@ -131,3 +131,57 @@ def test_load_model_refuses_random_architecture() -> None:
     with pytest.raises(cl_zoo.ClZooError, match="random weights"):
         cl_zoo.load_model("resnet18_cifar")
     assert cl_zoo.load_model("pixels").num_features == 3072
+
+
+# --------------------------------------------------------------------------------------------
+# The registry is a leaf; the factory sits above it; old import paths keep working
+# --------------------------------------------------------------------------------------------
+
+
+def test_registry_imports_nothing_above_it() -> None:
+    """registry.py imports no torch, no cl_zoo.models and no cl_zoo.checkpoint, at any level
+    (type annotations under ``if TYPE_CHECKING:`` aside: they are never run)."""
+    import ast
+
+    import cl_zoo.registry as registry
+
+    tree = ast.parse(Path(registry.__file__).read_text())
+    tree.body = [n for n in tree.body if not (isinstance(n, ast.If) and getattr(n.test, "id", None) == "TYPE_CHECKING")]
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    forbidden = [m for m in imported if m.split(".")[0] == "torch" or m.startswith(("cl_zoo.models", "cl_zoo.checkpoint", "cl_zoo.factory"))]
+    assert not forbidden, forbidden
+
+
+def test_old_import_paths_are_the_factory() -> None:
+    import cl_zoo.checkpoint.hub as hub
+    import cl_zoo.factory as factory
+    import cl_zoo.registry as registry
+    from cl_zoo.checkpoint.card import rerender_card
+    from cl_zoo.checkpoint.folder import rerender_card as moved
+
+    assert registry.create_model is factory.create_model is cl_zoo.create_model
+    assert registry.check_pretrained_kwargs is factory.check_pretrained_kwargs
+    for name in ("load_pretrained", "load_model", "load_registered", "load_hub"):
+        assert getattr(hub, name) is getattr(factory, name), name
+    assert cl_zoo.load_pretrained is factory.load_pretrained and cl_zoo.load_model is factory.load_model
+    assert rerender_card is moved
+    assert set(cl_zoo.__all__) <= set(dir(cl_zoo))
+    with pytest.raises(AttributeError):
+        registry.no_such_name  # noqa: B018
+
+
+def test_normalisation_constants_have_one_home() -> None:
+    import importlib
+
+    import cl_zoo.constants as constants
+    import cl_zoo.registry as registry
+
+    augment = importlib.import_module("cl_zoo.data.augment")  # the package's ``augment`` is the function
+
+    for name in ("IMAGENET_MEAN", "IMAGENET_STD", "CIFAR10_MEAN", "CIFAR10_STD"):
+        assert getattr(augment, name) is getattr(constants, name) is getattr(registry, name), name

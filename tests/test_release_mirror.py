@@ -21,7 +21,7 @@ import torch
 import cl_zoo
 from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, WEIGHTS_NAME
 from cl_zoo.checkpoint.card import parse_front_matter
-from cl_zoo.checkpoint.publish import _provenance, mirror_info
+from cl_zoo.convert.mirror import mirror_info, provenance_section as _provenance
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
 from cl_zoo.models.releases import MIRRORS, REDISTRIBUTION, RELEASES, HubSource, Mirror, UrlSource
@@ -186,6 +186,30 @@ def test_a_mirror_with_an_unpinned_weights_file_is_refused(
     publisher_gone(tmp_path, path)
     with pytest.raises(CheckpointError, match="are not the pinned ones"):
         cl_zoo.create_model(NAME, pretrained=True)
+
+
+def test_staging_a_mirror_over_an_earlier_staging_replaces_its_files_and_never_writes_through_them(
+    hub: FakeHub, release: tuple[Any, Path], tmp_path: Path,
+) -> None:
+    """config.json and the card are written atomically (a new file renamed into place): an earlier
+    staging may hold them as hard links to somebody else's file (here, the cached conversion's own
+    config), which a write in place would change too."""
+    from cl_zoo.convert.mirror import stage_mirror
+
+    first = stage_mirror(NAME, tmp_path / "first")
+    cached = tmp_path / "cl-cache" / "releases" / NAME
+    before = {name: (cached / name).read_bytes() for name in (CONFIG_NAME, CARD_NAME)}
+    dest = tmp_path / "again"
+    dest.mkdir()
+    for name in (CONFIG_NAME, CARD_NAME):
+        (dest / name).hardlink_to(cached / name)
+    stage_mirror(NAME, dest)
+    assert {name: (cached / name).read_bytes() for name in (CONFIG_NAME, CARD_NAME)} == before  # the cache is untouched
+    config = json.loads((dest / CONFIG_NAME).read_text())
+    assert config["mirror"]["release"] == NAME and (dest / CONFIG_NAME).read_bytes() == (first / CONFIG_NAME).read_bytes()
+    assert (dest / CONFIG_NAME).stat().st_nlink == 1
+    assert "# Provenance" in (dest / CARD_NAME).read_text() and (dest / CARD_NAME).stat().st_nlink == 1  # its own file now
+    assert not [p.name for p in dest.iterdir() if p.name.startswith(".")]  # no temporary left behind
 
 
 def test_a_release_whose_licence_forbids_copies_is_refused_in_one_line_before_any_download(

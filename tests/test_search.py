@@ -14,7 +14,7 @@ import torch
 import cl_zoo
 from cl_zoo.cli import main
 from cl_zoo.errors import DataError
-from cl_zoo.search import build_index, dedup_groups, load_index, save_index, search, similar_pairs
+from cl_zoo.index.search import build_index, dedup_groups, load_index, save_index, search, similar_pairs
 
 DATA = Path(__file__).parent / "data" / "embed"
 

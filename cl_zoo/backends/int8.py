@@ -72,6 +72,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from cl_zoo.backends.cache import entry_files, entry_problem, save_graph_folder
 from cl_zoo.errors import ClZooError
 from cl_zoo.optional import is_installed, missing_message, require
 from cl_zoo.fileio import read_json
@@ -243,8 +244,6 @@ def quantized_graph(fp32_folder: Path, pixels: np.ndarray, *, threads: int | Non
     first half of ``pixels`` calibrates; the second half, when there are at least
     :data:`MIN_CALIBRATION_IMAGES`, measures fidelity (``None`` otherwise).
     """
-    from cl_zoo.backends.openvino import entry_files, entry_problem, save_graph_folder
-
     ov = require("openvino", INT8_FEATURE, extra="int8")
 
     digest = pixels_digest(pixels)

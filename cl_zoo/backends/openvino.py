@@ -44,25 +44,29 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
+import threading
 import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
 
+from cl_zoo.backends.cache import (  # re-exported: the cache's names were first defined here
+    RECORD_FORMAT,
+    RECORD_NAME,
+    discard_entry,
+    entry_files,
+    entry_problem,
+    openvino_cache_dir,
+    save_graph_folder,
+)
+from cl_zoo.backends.int8 import Int8Rejected, quantized_graph
 from cl_zoo.errors import ClZooError
 from cl_zoo.optional import require
 
 CACHE_FORMAT = 1
-RECORD_NAME = "entry.json"
-RECORD_FORMAT = "cl-zoo-openvino-entry/1"
-_RECORD_MAX_BYTES = 1 << 16
-_MAX_ENTRY_FILE_BYTES = 8 << 30  # far above any converted backbone; a larger "model.bin" is damage, not hashed
 # The least cosine a graph compiled from the cache must keep to the torch model on the probe batch.
 # A fresh conversion keeps >= 0.99999 in fp32 and >= 0.999 in bf16 (tests/test_precision.py); a planted
 # graph of other weights kept 0.49 (issue 40). int8 is probed on held-out calibration images, which its
@@ -78,12 +82,6 @@ class ConversionError(ClZooError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
-
-
-def openvino_cache_dir() -> Path:
-    from cl_zoo.data.archive import cache_root
-
-    return cache_root() / "openvino"
 
 
 class _PixelNormalize(nn.Module):
@@ -170,118 +168,6 @@ def is_cached(fingerprint: str, input_hw: tuple[int, int], mean: Sequence[float]
     return entry_problem(openvino_cache_dir() / key, {"weights": fingerprint}) is None
 
 
-def _sha256(path: Path, size: int) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        left = size + 1  # a file that grew since it was measured shows up as a wrong digest, not an endless read
-        while left > 0:
-            chunk = fh.read(min(1 << 20, left))
-            if not chunk:
-                break
-            digest.update(chunk)
-            left -= len(chunk)
-    return digest.hexdigest()
-
-
-def _regular_size(path: Path) -> int | None:
-    """The size of ``path`` if it is a regular file itself (not a symlink, FIFO or device), else None."""
-    import stat
-
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return None
-    return st.st_size if stat.S_ISREG(st.st_mode) else None
-
-
-def _file_records(folder: Path) -> dict[str, dict[str, Any]]:
-    return {p.name: {"size": p.stat().st_size, "sha256": _sha256(p, p.stat().st_size)}
-            for p in sorted(folder.iterdir()) if p.is_file() and not p.is_symlink()}
-
-
-def entry_problem(folder: Path, expect: dict[str, Any]) -> str | None:
-    """Why the cache entry ``folder`` cannot be used (None when it can), checked without trusting it.
-
-    ``expect`` holds the record's fields that must match (the weights' sha256 for a converted graph;
-    the source graph and calibration digests for an int8 one). Sub-folders named ``compiled*`` (the
-    plugin's blob cache) and ``int8-*`` (entries of their own) are allowed; anything else the record
-    does not list, and anything that is not a regular file, is damage.
-    """
-    import stat
-
-    try:
-        st = os.lstat(folder)
-    except FileNotFoundError:
-        return "not cached"
-    except OSError as exc:
-        return f"unreadable ({exc.strerror or exc})"
-    if not stat.S_ISDIR(st.st_mode):
-        return "not a folder"
-    size = _regular_size(folder / RECORD_NAME)
-    if size is None or size > _RECORD_MAX_BYTES:
-        return f"no readable {RECORD_NAME}"
-    try:
-        record = json.loads((folder / RECORD_NAME).read_bytes())
-    except (OSError, ValueError):
-        return f"{RECORD_NAME} is not JSON"
-    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
-        return f"{RECORD_NAME} is not a cl-zoo cache record"
-    for name, value in expect.items():
-        if record.get(name) != value:
-            return f"made from other {name}"
-    files = record.get("files")
-    if not isinstance(files, dict) or not {"model.xml", "model.bin"} <= set(files):
-        return f"{RECORD_NAME} lists no graph"
-    try:
-        present = list(os.scandir(folder))
-    except OSError as exc:
-        return f"unreadable ({exc.strerror or exc})"
-    for item in present:
-        if item.name == RECORD_NAME or item.name in files:
-            continue
-        if item.is_dir(follow_symlinks=False) and (item.name.startswith("compiled") or item.name.startswith("int8-")):
-            continue
-        return f"holds {item.name}, which {RECORD_NAME} does not list"
-    for name, want in files.items():
-        if not isinstance(want, dict) or "/" in name or name.startswith("."):
-            return f"{RECORD_NAME} lists {name!r}"
-        size = _regular_size(folder / name)
-        if size is None:
-            return f"{name} is missing or not a regular file"
-        if size != want.get("size") or size > _MAX_ENTRY_FILE_BYTES:
-            return f"{name} has {size} bytes, the record says {want.get('size')}"
-        if _sha256(folder / name, size) != want.get("sha256"):
-            return f"{name} is not the file the record lists (sha256 differs)"
-    return None
-
-
-def entry_files(folder: Path) -> dict[str, Any]:
-    """The file records of an entry :func:`entry_problem` passed (what an int8 entry says it came from)."""
-    return json.loads((folder / RECORD_NAME).read_bytes())["files"]
-
-
-def discard_entry(folder: Path) -> None:
-    """Remove a damaged entry without ever leaving a half-removed one at its key.
-
-    The entry is renamed aside first (atomic), then deleted; a symlink or file at the key is
-    unlinked (never followed).
-    """
-    if not os.path.lexists(folder):
-        return
-    if folder.is_symlink() or not folder.is_dir():
-        try:
-            os.unlink(folder)
-        except FileNotFoundError:
-            pass
-        return
-    aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old.", dir=folder.parent))
-    try:
-        os.rename(folder, aside / "entry")
-    except FileNotFoundError:
-        pass  # another process discarded it first
-    shutil.rmtree(aside, ignore_errors=True)
-
-
 def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float], folder: Path,
              host_transform: HostTransform | None, fingerprint: str) -> None:
     """Convert ``model`` into ``folder`` (created atomically: temporary sibling, then rename); with
@@ -305,37 +191,6 @@ def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float],
         raise ConversionError(f"{type(exc).__name__}: {text}") from None
     save_graph_folder(graph, folder, {"source.json": json.dumps({"input": [h, w], "mean": list(mean), "std": list(std)}) + "\n"},
                       record={"weights": fingerprint}, replace=True)
-
-
-def save_graph_folder(graph: Any, folder: Path, files: dict[str, str], *, record: dict[str, Any],
-                      replace: bool = False) -> None:
-    """Write ``graph`` as ``folder/model.xml`` (+ ``.bin``) with the text ``files`` beside it, atomically.
-
-    Everything goes to a temporary sibling that is renamed into place, so a reader never sees half
-    a cache entry; the record (``record``'s fields plus every file's size and sha256,
-    :func:`entry_problem`) is written last. ``replace`` first discards an entry already there (one
-    found damaged or foreign). Losing the rename to another process that wrote the same entry is
-    fine when theirs passes the same check.
-    """
-    ov = require("openvino", "--backend openvino")
-
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
-    try:
-        ov.save_model(graph, str(tmp / "model.xml"), compress_to_fp16=False)
-        for name, text in files.items():
-            (tmp / name).write_text(text, encoding="utf-8")
-        body = {"format": RECORD_FORMAT, **record, "files": _file_records(tmp)}
-        (tmp / RECORD_NAME).write_text(json.dumps(body, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        if replace:
-            discard_entry(folder)
-        try:
-            os.rename(tmp, folder)
-        except OSError:
-            if entry_problem(folder, record) is not None:
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 class OpenVINORunner:
@@ -410,8 +265,6 @@ class OpenVINORunner:
         graph_folder, self.fidelity, self.quantized = self._int8(model, input_hw, mean, std, pixels, threads)
         self.int8_folder = graph_folder
         if not force_int8:
-            from cl_zoo.backends.int8 import Int8Rejected
-
             if self.fidelity is None:
                 raise Int8Rejected(None, f"{len(calibration)} calibration images are too few to check int8 against fp32")
             if not self.fidelity.passed:
@@ -469,8 +322,6 @@ class OpenVINORunner:
     def _int8(self, model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
               calibration: np.ndarray, threads: int | None) -> tuple[Path, Any, bool]:
         """The cached or newly quantized int8 graph; a damaged fp32 cache entry is rebuilt once."""
-        from cl_zoo.backends.int8 import quantized_graph
-
         try:
             return quantized_graph(self.folder, calibration, threads=threads)
         except ClZooError:
@@ -482,27 +333,73 @@ class OpenVINORunner:
             return quantized_graph(self.folder, calibration, threads=threads)
 
     @staticmethod
-    def _done(request: Any, userdata: tuple[np.ndarray, int]) -> None:
-        out, start = userdata
-        data = request.get_output_tensor(0).data
-        out[start : start + len(data)] = data
+    def _done(request: Any, userdata: tuple[np.ndarray, int, "_Countdown", np.ndarray]) -> None:
+        out, start, countdown, _ = userdata  # the input slice rides along so it outlives the request
+        try:
+            data = request.get_output_tensor(0).data
+            out[start : start + len(data)] = data
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread, not lost in OpenVINO's
+            countdown.error = exc
+        countdown.hit()
 
-    def __call__(self, pixels: torch.Tensor | np.ndarray) -> np.ndarray:
-        """Features ``[B, D]`` float32 of a uint8 ``[B, H, W, 3]`` batch."""
+    def submit(self, pixels: torch.Tensor | np.ndarray) -> Callable[[], np.ndarray]:
+        """Start a uint8 ``[B, H, W, 3]`` batch; the returned call waits for its float32 ``[B, D]`` features.
+
+        The batch is split across the infer requests (one per CPU stream) and the call returns as
+        soon as they are queued, so the caller can fetch and decode the next batch while this one
+        runs: decode and inference overlap instead of alternating, and the streams never wait for
+        Python between batches. ``start_async`` blocks only while every request is busy, which is
+        the back-pressure that keeps at most one batch queued behind the running one. Inputs are
+        shared, not copied (``share_inputs``); the slice is kept alive in the request's userdata.
+        """
         x = np.ascontiguousarray(pixels.numpy() if isinstance(pixels, torch.Tensor) else pixels)
         if self.host_transform is not None:
             x = self.host_transform(x)
         n = len(x)
         out = np.empty((n, self.dim), dtype=np.float32)
         parts = min(self.jobs, n)
+        countdown = _Countdown(parts)
         bounds = np.linspace(0, n, parts + 1).astype(int)
         for s, e in zip(bounds[:-1], bounds[1:]):
-            self.queue.start_async({0: x[s:e]}, (out, int(s)))
-        self.queue.wait_all()
-        return out
+            part = x[s:e]
+            self.queue.start_async({0: part}, (out, int(s), countdown, part), share_inputs=True)
+
+        def result() -> np.ndarray:
+            countdown.wait()
+            if countdown.error is not None:
+                raise countdown.error
+            return out
+
+        return result
+
+    def __call__(self, pixels: torch.Tensor | np.ndarray) -> np.ndarray:
+        """Features ``[B, D]`` float32 of a uint8 ``[B, H, W, 3]`` batch."""
+        return self.submit(pixels)()
+
+
+class _Countdown:
+    """Set once ``parts`` infer requests of one batch have called back (from OpenVINO's threads)."""
+
+    def __init__(self, parts: int) -> None:
+        self.left = parts
+        self.error: BaseException | None = None
+        self.lock, self.event = threading.Lock(), threading.Event()
+        if parts == 0:
+            self.event.set()
+
+    def hit(self) -> None:
+        with self.lock:
+            self.left -= 1
+            if self.left == 0:
+                self.event.set()
+
+    def wait(self) -> None:
+        self.event.wait()
 
 
 __all__ = [
+    "RECORD_FORMAT",
+    "RECORD_NAME",
     "ConversionError",
     "HostTransform",
     "OpenVINORunner",

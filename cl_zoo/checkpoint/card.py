@@ -28,51 +28,10 @@ import yaml
 
 from cl_zoo.checkpoint.timm_compat import TIMM_ARCHITECTURES as TIMM_RESNETS
 from cl_zoo.checkpoint.timm_compat import TIMM_PRETRAINED_FIELDS, merged_pretrained_cfg, timm_architecture
-
-PAPERS: dict[str, tuple[str, str]] = {
-    "jcl": (
-        "Joint Contrastive Learning with Infinite Possibilities (Cai et al., NeurIPS 2020)",
-        "@inproceedings{cai2020jcl,\n  title={Joint Contrastive Learning with Infinite Possibilities},\n"
-        "  author={Cai, Qi and Wang, Yu and Pan, Yingwei and Yao, Ting and Mei, Tao},\n"
-        "  booktitle={NeurIPS},\n  year={2020}\n}",
-    ),
-    "dcl": (
-        "Decoupled Contrastive Learning (Yeh et al., ECCV 2022)",
-        "@inproceedings{yeh2022dcl,\n  title={Decoupled Contrastive Learning},\n"
-        "  author={Yeh, Chun-Hsiao and Hong, Cheng-Yao and Hsu, Yen-Chi and Liu, Tyng-Luh and Chen, Yubei and LeCun, Yann},\n"
-        "  booktitle={ECCV},\n  year={2022}\n}",
-    ),
-    "simo": (
-        "EqCo: Equivalent Rules for Self-supervised Contrastive Learning (Zhu et al., 2020)",
-        "@article{zhu2020eqco,\n  title={EqCo: Equivalent Rules for Self-supervised Contrastive Learning},\n"
-        "  author={Zhu, Benjin and Huang, Junqiang and Li, Zeming and Zhang, Xiangyu and Sun, Jian},\n"
-        "  journal={arXiv:2010.01929},\n  year={2020}\n}",
-    ),
-    "cmc": (
-        "Contrastive Multiview Coding (Tian et al., ECCV 2020)",
-        "@inproceedings{tian2020cmc,\n  title={Contrastive Multiview Coding},\n"
-        "  author={Tian, Yonglong and Krishnan, Dilip and Isola, Phillip},\n  booktitle={ECCV},\n  year={2020}\n}",
-    ),
-    "cacr": (
-        "Contrastive Attraction and Contrastive Repulsion for Representation Learning (Zheng et al., TMLR 2023)",
-        "@article{zheng2023cacr,\n  title={Contrastive Attraction and Contrastive Repulsion for Representation Learning},\n"
-        "  author={Zheng, Huangjie and Chen, Xu and Yao, Jiangchao and Yang, Hongxia and Li, Chunyuan and Zhang, Ya and Zhang, Hao and Tsang, Ivor and Zhou, Jingren and Zhou, Mingyuan},\n"
-        "  journal={TMLR},\n  year={2023}\n}",
-    ),
-    "simclr": (
-        "A Simple Framework for Contrastive Learning of Visual Representations (Chen et al., ICML 2020)",
-        "@inproceedings{chen2020simclr,\n  title={A Simple Framework for Contrastive Learning of Visual Representations},\n"
-        "  author={Chen, Ting and Kornblith, Simon and Norouzi, Mohammad and Hinton, Geoffrey},\n  booktitle={ICML},\n  year={2020}\n}",
-    ),
-    "mocov2": (
-        "Improved Baselines with Momentum Contrastive Learning (Chen et al., 2020)",
-        "@article{chen2020mocov2,\n  title={Improved Baselines with Momentum Contrastive Learning},\n"
-        "  author={Chen, Xinlei and Fan, Haoqi and Girshick, Ross and He, Kaiming},\n  journal={arXiv:2003.04297},\n  year={2020}\n}",
-    ),
-}
-PAPERS["dclw"] = PAPERS["dcl"]
-PAPERS["eqco"] = PAPERS["simo"]
-PAPERS["moco"] = PAPERS["mocov2"]
+from cl_zoo.checkpoint.usage import SAMPLE_IMAGE_URL, FenceTracker
+from cl_zoo.constants import PAPERS  # noqa: F401  (re-exported: cl_zoo.checkpoint.card.PAPERS)
+from cl_zoo.lazy import lazy_exports
+from cl_zoo.registry import find_pretrained
 
 
 # cl-zoo's dataset names -> the Hub dataset ids the card's ``datasets:`` and model-index name (the Hub
@@ -160,7 +119,7 @@ def _knn_temperature(config: Mapping[str, Any], key: str) -> float | None:
 def _eval_split(data: str) -> str | None:
     """The split ``cl-zoo knn``/``linear-eval`` evaluate a named dataset on (``test``, else ``val``:
     Imagenette has no test split); None for a user's folder, whose split the config does not record."""
-    from cl_zoo.data.named import NAMED_DATASETS
+    from cl_zoo.data.named import NAMED_DATASETS  # the cl_zoo.data package imports torch
 
     named = NAMED_DATASETS.get(data)
     if named is None:
@@ -311,7 +270,7 @@ def front_matter(config: Mapping[str, Any]) -> dict[str, Any]:
 def front_matter_yaml(config: Mapping[str, Any]) -> str:
     """:func:`front_matter` as huggingface_hub writes it (``ModelCardData.to_yaml``), after its own
     checks: a model-index it cannot parse back into evaluation results raises here, not on the Hub."""
-    from huggingface_hub import ModelCardData
+    from huggingface_hub import ModelCardData  # heavy import, made only when a card is rendered
 
     meta = front_matter(config)
     for entry in meta.get("model-index", []):
@@ -361,8 +320,6 @@ _SETEXT_UNDERLINE = re.compile(r"^ {0,3}(?:=+|-+)[ \t]*$")
 def contained_section(body: str) -> str:
     """A section body passed in by whoever wrote the folder, unable to leave its section: lines
     that would be headings outside code fences are escaped, and a fence left open is closed."""
-    from cl_zoo.checkpoint.usage import FenceTracker
-
     out: list[str] = []
     fences = FenceTracker()
     for line in _CONTROL.sub("", body.replace("\r\n", "\n").replace("\r", "\n")).split("\n"):
@@ -383,8 +340,6 @@ def registered_name_of(config: Mapping[str, Any]) -> str | None:
     A fine-tuned copy saved from a registered model keeps its ``model_name``; only the sha256 pins
     tell whether ``create_model(name, pretrained=True)`` would give back *these* weights.
     """
-    from cl_zoo.registry import find_pretrained
-
     name = config.get("model_name")
     files = config.get("files") or {}
     entry = find_pretrained(str(name))
@@ -432,7 +387,6 @@ def timm_source(config: Mapping[str, Any], source: str, folder: str | os.PathLik
 # https://huggingface.co/timm/fastvit_t8.apple_in1k: ``img = Image.open(urlopen('<this URL>'))``), so
 # a card's snippet shows the real path from an image file to features, not a random tensor.
 # ``check_usage`` serves it from a local file when it runs a card's snippet (offline, no network).
-SAMPLE_IMAGE_URL = "https://huggingface.co/datasets/huggingface/documentation-images/resolve/main/beignets-task-guide.png"
 
 _OPEN_IMAGE = (
     f"image = Image.open(urlopen(\n    {SAMPLE_IMAGE_URL!r}\n)).convert('RGB')  # or Image.open('photo.jpg').convert('RGB')\n"
@@ -596,23 +550,6 @@ def render_card(
     return "\n".join(parts)
 
 
-def rerender_card(folder: str | os.PathLike[str]) -> Path:
-    """Re-write a checkpoint folder's README.md from its config.json, keeping its hand-added sections.
-
-    What a user runs after editing a card by hand (``cl-zoo card-update FOLDER``): ``cl-zoo
-    publish`` accepts only the "How to load" section cl-zoo generates, and this restores it.
-    """
-    from cl_zoo.checkpoint.folder import CARD_NAME, read_config
-    from cl_zoo.fileio import atomic_write_text
-
-    folder = Path(folder)
-    config = read_config(folder)
-    card = folder / CARD_NAME
-    kept = extra_sections(card.read_text(encoding="utf-8", errors="replace")) if card.is_file() else {}
-    atomic_write_text(card, render_card(config, sections=kept, folder=folder), mkdir=False)
-    return card
-
-
 def parse_front_matter(text: str) -> dict[str, Any]:
     """The YAML front matter of a card (raises ValueError when absent or malformed)."""
     if not text.startswith("---"):
@@ -632,8 +569,6 @@ def extra_sections(text: str) -> dict[str, str]:
     Re-rendering a card (after new metrics, or for a float16 copy) must keep them, or a card would
     silently lose its training log and curve. ``## `` lines inside code fences are not headings.
     """
-    from cl_zoo.checkpoint.usage import FenceTracker
-
     sections: dict[str, list[str]] = {}
     current: list[str] | None = None
     fences = FenceTracker()
@@ -645,3 +580,8 @@ def extra_sections(text: str) -> dict[str, str]:
         if current is not None:
             current.append(line)
     return {title: "\n".join(lines).strip() for title, lines in sections.items()}
+
+
+# rerender_card reads a folder (cl_zoo.checkpoint.folder, which imports this module to render cards)
+# and so lives there; the old import path keeps working.
+__getattr__, __dir__ = lazy_exports(globals(), {"rerender_card": "cl_zoo.checkpoint.folder:rerender_card"})

@@ -48,7 +48,7 @@ def hub_cache_roots() -> list[Path]:
     if os.environ.get("HF_HOME"):
         candidates.append(os.path.join(os.path.expanduser(os.environ["HF_HOME"]), "hub"))
     try:
-        from huggingface_hub import constants
+        from huggingface_hub import constants  # a heavy import, made only when a path is checked against the HF cache
 
         candidates.append(constants.HF_HUB_CACHE)
     except ImportError:  # pragma: no cover - a dependency; without it there is no cache to trust

@@ -34,6 +34,9 @@ import torch.nn as nn
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+# The card module by reference (card.render_card): a replacement patched in there is the one used.
+import cl_zoo.checkpoint.card as card_module
+from cl_zoo.checkpoint.layout import CARD_NAME, CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 from cl_zoo.checkpoint.timm_compat import ZOO_CFG_KEY, merged_pretrained_cfg, split_pretrained_cfg
 from cl_zoo.checkpoint.checks import (
     FLOAT_DTYPES,
@@ -45,19 +48,16 @@ from cl_zoo.checkpoint.checks import (
     validate_pretrained_cfg,
     weights_name,
 )
+from cl_zoo import __version__
 from cl_zoo.errors import CheckpointError, ModelNotFoundError
-from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, current_umask, read_json
+from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, atomic_write_text, current_umask, read_json
 from cl_zoo.registry import PretrainedCfg, build_arch, get_arch
 
-CONFIG_NAME = "config.json"
-WEIGHTS_NAME = "model.safetensors"
-INDEX_NAME = "model.safetensors.index.json"
 # Bounds on what a folder's JSON may hold, checked before reading: the zoo's largest config is 9 KB
 # (a tier card with every seed's figures), its largest shard index 20 KB (CMC's pair); a 70B-parameter
 # LLM's index is about 100 KB.
 MAX_CONFIG_BYTES = MAX_CHECKPOINT_CONFIG_BYTES
 MAX_INDEX_BYTES = 16 << 20
-CARD_NAME = "README.md"
 FORMAT_VERSION = 2
 DEFAULT_MAX_SHARD_SIZE = "5GB"
 
@@ -130,8 +130,6 @@ def model_config(
     extra_config: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The config.json content for a model built by the registry."""
-    from cl_zoo import __version__
-
     arch = getattr(model, "arch_name", None)
     if arch is None:
         raise CheckpointError("model was not built by cl_zoo.create_model (no arch_name); cannot describe it")
@@ -216,10 +214,8 @@ def save_pretrained(
         (staging / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n")
         written.append(CONFIG_NAME)
         if card:
-            from cl_zoo.checkpoint.card import render_card
-
             (staging / CARD_NAME).write_text(
-                render_card(config, sections=card_sections, folder=card_folder if card_folder is not None else folder))
+                card_module.render_card(config, sections=card_sections, folder=card_folder if card_folder is not None else folder))
             written.append(CARD_NAME)
         # Remove weights of an earlier save that the new one does not overwrite (shard counts differ).
         for old in list(folder.glob("model*.safetensors")) + [folder / INDEX_NAME]:
@@ -504,3 +500,17 @@ def load_folder(
     model.checkpoint_config = config
     model.checkpoint_source = str(folder)
     return model.eval()
+
+
+def rerender_card(folder: str | os.PathLike[str]) -> Path:
+    """Re-write a checkpoint folder's README.md from its config.json, keeping its hand-added sections.
+
+    What a user runs after editing a card by hand (``cl-zoo card-update FOLDER``): ``cl-zoo
+    publish`` accepts only the "How to load" section cl-zoo generates, and this restores it.
+    """
+    folder = Path(folder)
+    config = read_config(folder)
+    card = folder / CARD_NAME
+    kept = card_module.extra_sections(card.read_text(encoding="utf-8", errors="replace")) if card.is_file() else {}
+    atomic_write_text(card, card_module.render_card(config, sections=kept, folder=folder), mkdir=False)
+    return card

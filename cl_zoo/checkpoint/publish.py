@@ -20,11 +20,9 @@ files all match is left alone ("unchanged"); any other is uploaded as one commit
 files the folder no longer has, so the repo ends up equal to the folder. Every folder is validated
 before the first upload, so one broken folder stops the run with nothing of it (or after it) pushed.
 
-Mirrors (``cl-zoo publish --release NAME``): a third-party release whose licence allows
-redistribution (:data:`cl_zoo.models.releases.REDISTRIBUTION`; refused otherwise, before any
-download) is fetched and converted as :func:`cl_zoo.convert.sources.load_release` does, then
-published as a zoo repo whose ``config.json`` carries a ``mirror`` object (release, the publisher's
-Hub repo as ``base_model``, pages, licence) and whose card has a "Provenance" section.
+Mirrors of third-party releases (``cl-zoo publish --release NAME``) are staged by
+:mod:`cl_zoo.convert.mirror` (they start from a converted release) and published with
+:func:`sync_folders`.
 """
 
 from __future__ import annotations
@@ -41,8 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from cl_zoo.checkpoint.folder import CARD_NAME, CONFIG_NAME, INDEX_NAME, load_folder, read_config, weight_files
-from cl_zoo.errors import CheckpointError, ClZooError, HubError
+from cl_zoo.checkpoint.card import LIBRARY_NAMES, how_to_load, parse_front_matter, registered_name_of
+from cl_zoo.checkpoint.folder import CARD_NAME, CONFIG_NAME, load_folder, read_config, weight_files
+from cl_zoo.checkpoint.hub import hub_settings, is_namespace, model_card_dirs, zoo_namespace
+from cl_zoo.checkpoint.timm_compat import merged_pretrained_cfg
+from cl_zoo.checkpoint.usage import USAGE_SECTION, FenceTracker, check_usage, retarget, section_text, usage_blocks
+from cl_zoo.errors import CheckpointError, ClZooError, HubError, is_transport_error
+from cl_zoo.text import is_repo_id, one_line
 
 # Files written by save_pretrained's staging step or editors: never part of a release.
 IGNORE_PATTERNS = [".*", "**/.*", ".staging-*/**", "__pycache__/**", "*.tmp"]
@@ -74,8 +77,6 @@ class PublishResult:
 
 def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
     """Check that a folder is a complete, loadable checkpoint with a model card."""
-    from cl_zoo.checkpoint.card import LIBRARY_NAMES, parse_front_matter
-
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder")
@@ -122,11 +123,6 @@ def card_for_repo(
     ``run_card_code``: then ``echo`` shows its code first and it runs with no credentials, offline.
     One CheckpointError line for any failure.
     """
-    from cl_zoo.checkpoint.card import how_to_load, registered_name_of
-    from cl_zoo.checkpoint.folder import read_config
-    from cl_zoo.checkpoint.timm_compat import merged_pretrained_cfg
-    from cl_zoo.checkpoint.usage import USAGE_SECTION, check_usage, retarget, section_text, usage_blocks
-
     folder = Path(folder)
     card = folder / CARD_NAME
     headings = [t for t in heading_titles(card.read_text(encoding="utf-8")) if t.casefold() == USAGE_SECTION.casefold()]
@@ -199,8 +195,6 @@ def heading_titles(text: str) -> list[str]:
     """The titles of every Markdown heading in ``text`` as a renderer sees them: ``#`` lines of any
     level and setext headings (text underlined with ``---``/``===``), outside code fences and the
     YAML front matter."""
-    from cl_zoo.checkpoint.usage import FenceTracker
-
     lines = text.splitlines()
     if lines and lines[0].strip() == "---":  # front matter: up to the closing ---
         end = next((n for n in range(1, len(lines)) if lines[n].strip() == "---"), 0)
@@ -259,10 +253,6 @@ def _staged(folder: Path, card: str) -> Path:
     return staging
 
 
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
-
-
 def publish_folder(
     folder: str | os.PathLike[str],
     repo_id: str,
@@ -282,9 +272,7 @@ def publish_folder(
     ``delete_stale`` also deletes the repo's files that the folder does not have (a shard count
     that changed), so the repo equals the folder.
     """
-    from cl_zoo.checkpoint.hub import hub_settings
-
-    _check_repo_id(repo_id)
+    check_repo_id(repo_id)
     if create_pr and revision not in (None, "main"):
         raise HubError("--create-pr opens a pull request against main; do not combine it with --revision")
     report = validate_folder(folder)
@@ -296,8 +284,9 @@ def publish_folder(
                  create_pr=create_pr, message=message, delete_stale=delete_stale)
 
 
-def _check_repo_id(repo_id: str) -> None:
-    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+def check_repo_id(repo_id: str) -> None:
+    """One line of :class:`HubError` unless ``repo_id`` is ``owner/name``, before any token or network is needed."""
+    if not is_repo_id(repo_id):
         raise HubError(f"bad repo id {repo_id!r}: expected owner/name")
 
 
@@ -317,12 +306,6 @@ def _api(settings: dict[str, Any], token: str | None) -> Any:
     from huggingface_hub import HfApi
 
     return HfApi(endpoint=settings["endpoint"], token=token or None)
-
-
-def _is_transport_error(exc: BaseException) -> bool:
-    from cl_zoo.checkpoint.hub import is_transport_error
-
-    return is_transport_error(exc)
 
 
 def _push(
@@ -351,11 +334,11 @@ def _push(
     except HfHubHTTPError as exc:
         status = getattr(getattr(exc, "response", None), "status_code", None)
         hint = " (check that the token has write access)" if status in (401, 403) else ""
-        raise HubError(f"could not publish to {repo_id}: {_one_line(exc)}{hint}") from exc
+        raise HubError(f"could not publish to {repo_id}: {one_line(exc, 300)}{hint}") from exc
     except ValueError as exc:
-        raise HubError(f"could not publish to {repo_id}: {_one_line(exc)}") from exc
+        raise HubError(f"could not publish to {repo_id}: {one_line(exc, 300)}") from exc
     except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack
-        if not _is_transport_error(exc):
+        if not is_transport_error(exc):
             raise
         raise HubError(f"could not publish to {repo_id}: {api.endpoint} cannot be reached ({type(exc).__name__})") from exc
     finally:
@@ -493,8 +476,6 @@ def plan_folder(folder: Path, repo_id: str, api: Any | None, *, dry_run: bool, r
     """
     from huggingface_hub.errors import HfHubHTTPError
 
-    from cl_zoo.checkpoint.usage import retarget
-
     report = validate_folder(folder)
     card = retarget((report.folder / CARD_NAME).read_text(encoding="utf-8"), report.folder, f"hf-hub:{repo_id}")
     plan = Plan(report.folder, repo_id, report, card, local_files(report.folder, card))
@@ -505,10 +486,10 @@ def plan_folder(folder: Path, repo_id: str, api: Any | None, *, dry_run: bool, r
             commit, remote = remote_files(api, repo_id)
         except (HfHubHTTPError, OSError, ValueError) as exc:
             if not dry_run:
-                raise HubError(f"cannot read {repo_id} on the Hub to compare: {_one_line(exc)}") from exc
-            plan.unknown_reason = f"the Hub answered {_one_line(exc)[:120]}"
+                raise HubError(f"cannot read {repo_id} on the Hub to compare: {one_line(exc, 300)}") from exc
+            plan.unknown_reason = f"the Hub answered {one_line(exc, 300)[:120]}"
         except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack
-            if not _is_transport_error(exc):
+            if not is_transport_error(exc):
                 raise
             if not dry_run:
                 raise HubError(f"cannot read {repo_id}: {api.endpoint} cannot be reached ({type(exc).__name__})") from exc
@@ -562,10 +543,8 @@ def sync_folders(
     broken folder stops the run with nothing uploaded. ``record`` gets one JSON line per repo
     (not in a dry run: nothing was pushed). Errors are one line naming the folder and repo.
     """
-    from cl_zoo.checkpoint.hub import hub_settings
-
     for _, repo_id in items:
-        _check_repo_id(repo_id)
+        check_repo_id(repo_id)
     settings = hub_settings()
     if not dry_run:
         token = _write_token(settings, token)
@@ -629,8 +608,6 @@ def zoo_folders(model_cards: str | os.PathLike[str]) -> list[Path]:
 
 def default_model_cards() -> Path:
     """The first of :func:`cl_zoo.checkpoint.hub.model_card_dirs` that exists."""
-    from cl_zoo.checkpoint.hub import model_card_dirs
-
     dirs = model_card_dirs()
     for folder in dirs:
         if folder.is_dir():
@@ -640,8 +617,6 @@ def default_model_cards() -> Path:
 
 def check_namespace(namespace: str) -> str:
     """A Hub user or organisation name (the same rule as CL_ZOO_HUB_NAMESPACE)."""
-    from cl_zoo.checkpoint.hub import is_namespace
-
     if not is_namespace(namespace):
         raise HubError(f"--namespace {namespace!r} is not a Hub user or organisation name")
     return namespace
@@ -654,132 +629,6 @@ def publish_all(
 ) -> list[SyncResult]:
     """Publish every checkpoint folder under ``model_cards`` to ``<namespace>/<folder name>``
     (defaults: the bundled model_cards, :func:`cl_zoo.checkpoint.hub.zoo_namespace`)."""
-    from cl_zoo.checkpoint.hub import zoo_namespace
-
     namespace = check_namespace(namespace) if namespace is not None else zoo_namespace()
     folders = zoo_folders(model_cards if model_cards is not None else default_model_cards())
     return sync_folders([(folder, f"{namespace}/{folder.name}") for folder in folders], **kwargs)
-
-
-# --------------------------------------------------------------------------------------------------
-# Mirrors of third-party releases
-# --------------------------------------------------------------------------------------------------
-
-
-class RedistributionError(ClZooError):
-    """A release whose licence does not allow publishing a copy."""
-
-
-def check_redistribution(release: Any) -> Any:
-    """The release's :class:`~cl_zoo.models.releases.Redistribution`; a one-line refusal naming the
-    licence and its page when copies may not be published."""
-    terms = release.redistribution
-    if not terms.allowed:
-        quote = " ".join(release.licence_quote.split())
-        raise RedistributionError(
-            f"refusing to mirror {release.name}: its licence ({release.licence or 'none'}; {release.licence_page} "
-            f"says \"{quote}\") does not allow redistribution: {terms.terms}"
-        )
-    return terms
-
-
-def mirror_info(release: Any) -> dict[str, Any]:
-    """The ``mirror`` object of a mirror's config.json: where the weights came from and on what terms."""
-    from cl_zoo.models.releases import HubSource
-
-    hub = next((s for s in release.sources if isinstance(s, HubSource)), None)
-    pages = list(dict.fromkeys(s.page for s in release.sources))
-    return {
-        "release": release.name,
-        "base_model": hub.repo_id if hub is not None else None,
-        "pages": pages,
-        "licence_page": release.licence_page,
-        "licence_quote": release.licence_quote,
-        "licence": release.licence,
-        "redistribution": release.redistribution.terms,
-    }
-
-
-def _provenance(release: Any, info: dict[str, Any], origin: str | None) -> str:
-    quote = " / ".join(line.strip() for line in release.licence_quote.splitlines())
-    lines = [
-        f"This repository is a copy of the release `{release.name}`, published by {release.trained_by}. "
-        f"cl-zoo downloaded it from {origin or 'its first working source'} (checked against the publisher's "
-        "checksum where one is published) and converted it losslessly to safetensors (backbone only); "
-        "it is mirrored so the weights stay available if the original links go away.",
-        "",
-        "Original pages:",
-        *(f"- {page}" for page in info["pages"]),
-    ]
-    if info["base_model"]:
-        lines += ["", f"Original Hub repo (base model): [{info['base_model']}](https://huggingface.co/{info['base_model']})."]
-    lines += [
-        "",
-        f"Licence: **{release.licence}**, as stated at {release.licence_page}: \"{quote}\". "
-        f"Redistribution: {release.redistribution.terms}.",
-    ]
-    if "nc" in release.licence.split("-"):
-        lines += ["", "**Non-commercial use only.** These weights are under a NonCommercial licence; "
-                      "using them, from this mirror or the original, is bound by its terms."]
-    return "\n".join(lines)
-
-
-def stage_mirror(name: str, dest: str | os.PathLike[str]) -> Path:
-    """Write the mirror folder of release ``name`` into ``dest``: the cached conversion's weights
-    (hard links), its config.json plus ``mirror``, and a card with a "Provenance" section.
-
-    The licence is checked first, so a refused release is never downloaded.
-    """
-    from cl_zoo.checkpoint.card import extra_sections, render_card
-    from cl_zoo.convert.sources import release_folder
-    from cl_zoo.models.releases import RELEASES
-    from cl_zoo.registry import get_pretrained
-
-    release = RELEASES.get(name)
-    if release is None:
-        get_pretrained(name)  # an unknown name: the "did you mean" error
-        raise HubError(f"{name} is not a third-party release (those are listed by `cl-zoo models --pretrained '*.in1k*'`)")
-    check_redistribution(release)
-    source = release_folder(name, get_pretrained(name).arch, mirror=False)
-    dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
-    config = read_config(source)
-    info = mirror_info(release)
-    config["mirror"] = info
-    for member in [*weight_files(source), INDEX_NAME]:
-        if (source / member).is_file():
-            try:
-                os.link(source / member, dest / member)
-            except OSError:
-                shutil.copy2(source / member, dest / member)
-    (dest / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    sections = {"Provenance": _provenance(release, info, config.get("origin"))}
-    if (source / CARD_NAME).is_file():  # the conversion's sections: who trained it, reported results, origin
-        kept = extra_sections((source / CARD_NAME).read_text(encoding="utf-8"))
-        sections.update({title: text for title, text in kept.items() if title != "Provenance"})
-    if release.citation:
-        sections["Citation"] = f"```bibtex\n{release.citation}\n```"
-    (dest / CARD_NAME).write_text(render_card(config, sections=sections, folder=dest), encoding="utf-8")
-    return dest
-
-
-def mirror_pins(folder: str | os.PathLike[str]) -> dict[str, str]:
-    """The sha256 of each weights file of a mirror folder: what MIRRORS records."""
-    from cl_zoo.checkpoint.folder import sha256_file
-
-    folder = Path(folder)
-    return {name: sha256_file(folder / name) for name in weight_files(folder)}
-
-
-def publish_release(name: str, repo_id: str, **kwargs: Any) -> tuple[SyncResult, dict[str, str]]:
-    """Mirror release ``name`` to ``repo_id`` (idempotent, like :func:`sync_folders`); returns the
-    result and the pins to record in ``cl_zoo.models.releases.MIRRORS``."""
-    _check_repo_id(repo_id)
-    staging = Path(tempfile.mkdtemp(prefix="cl-zoo-mirror-"))
-    try:
-        folder = stage_mirror(name, staging / name)
-        pins = mirror_pins(folder)
-        (result,) = sync_folders([(folder, repo_id)], **kwargs)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return result, pins

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+# The PretrainedCfg fields shared with timm (written into config.json's pretrained_cfg) are defined
+# beside the dataclass, in the registry (a leaf); re-exported here for the folder and card code.
+from cl_zoo.registry import SHARED_FIELDS
+
 # timm 1.0's PretrainedCfg fields (timm/models/_pretrained.py); only these may sit in pretrained_cfg.
 TIMM_PRETRAINED_FIELDS: frozenset[str] = frozenset({
     "url", "file", "state_dict", "hf_hub_id", "hf_hub_filename", "source", "architecture", "tag",
@@ -31,10 +35,6 @@ TIMM_ARCHITECTURES: frozenset[str] = frozenset({"resnet18", "resnet34", "resnet5
 # ``_cfg``): the stem timm adapts when ``in_chans`` differs, and the head it drops for num_classes=0.
 TIMM_LAYER_NAMES: dict[str, dict[str, str]] = {arch: {"first_conv": "conv1", "classifier": "fc"} for arch in TIMM_ARCHITECTURES}
 
-# The cl-zoo PretrainedCfg fields that are timm's too, with the same meaning, and so are written
-# into config.json's pretrained_cfg. ``hf_hub_id`` and ``url`` are timm fields but mean "load from
-# here" to timm, which would send a local-dir load elsewhere: they stay in cl-zoo's part.
-SHARED_FIELDS: tuple[str, ...] = ("mean", "std", "input_size", "interpolation", "crop_pct", "license")
 
 # Top-level config.json key holding the rest of cl-zoo's PretrainedCfg (source pins and provenance);
 # ``method`` and ``metrics`` are top-level keys of their own.

@@ -21,7 +21,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
 from cl_zoo.errors import CheckpointError
+
+# The photo a card's "How to load" snippet opens (the card renders it; running a snippet swaps it
+# for a local file). Here rather than in the card module, which imports this one.
+SAMPLE_IMAGE_URL = "https://huggingface.co/datasets/huggingface/documentation-images/resolve/main/beignets-task-guide.png"
 
 USAGE_SECTION = "How to load"
 SNIPPET_TIMEOUT_S = 300.0  # importing torch and loading a ResNet-50 on a busy 2-core machine
@@ -156,9 +161,7 @@ def _local_code(block: str, folder: Path, repo_id: str | None) -> str:
 def _local_sample_image(code: str, cwd: Path) -> str:
     """``code`` with the card's sample photo URL pointing at a local photo of the same kind (an RGB
     PNG, written into ``cwd``): the snippet runs offline, and cl-zoo never fetches a URL for it."""
-    from PIL import Image
-
-    from cl_zoo.checkpoint.card import SAMPLE_IMAGE_URL
+    from PIL import Image  # pillow, only when a card's snippet is run
 
     if SAMPLE_IMAGE_URL not in code:
         return code

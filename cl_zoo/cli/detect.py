@@ -58,7 +58,7 @@ def _detectron2(options: "Detectron2Options", model: str, output: str, dry_run: 
                 random_init: bool = False, note: str | None = None, voice: _Voice | None = None) -> None:
     import time
 
-    from cl_zoo.convert.export import export_detectron2, resnet_weights
+    from cl_zoo.export import export_detectron2, resnet_weights
     from cl_zoo.detection.detectron2_run import evaluates, launch_detectron2, plan_detectron2_run, write_detectron2_report
 
     # The backbone's depth picks the config keys (and refuses a C4 head for a ResNet-18), so it is
@@ -273,7 +273,7 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
         if flag_given:
             raise ClZooError(f"{flag} applies to --engine detectron2 only")
     p = get_preset(preset) if preset is not None else None
-    from cl_zoo.convert.export import check_standard_layout, resnet_weights
+    from cl_zoo.export import check_standard_layout, resnet_weights
     from cl_zoo.detection.train import DetectionConfig, DetectionInterrupted, open_datasets, train_detector
 
     if not data:

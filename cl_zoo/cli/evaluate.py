@@ -182,7 +182,7 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
     """Weighted kNN (InstDisc vote) top-1/top-5 of a model's frozen features."""
     model_spec, progress, workers = _preflight(model_spec, out, progress, quiet, workers)
     from cl_zoo.eval.knn import evaluate_knn
-    from cl_zoo.search import require_faiss
+    from cl_zoo.index.search import require_faiss
 
     require_faiss("cl-zoo knn")  # before any feature is extracted
     _require_plots(plot)
@@ -277,7 +277,7 @@ def card_update_command(folder: str, report: str | None, as_json: bool) -> None:
     if Path(folder).exists():  # its config.json and README.md are rewritten: refuse an unwritable folder before loading the model
         check_output_path(folder, folder=True, option="FOLDER")
     if report is None:
-        from cl_zoo.checkpoint.card import rerender_card
+        from cl_zoo.checkpoint.folder import rerender_card
 
         card = rerender_card(folder)
         if as_json:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import click
+
+from cl_zoo.fileio import check_output_path
 
 _MODEL_HELP = (
     "MODEL is a zoo name, a checkpoint folder or file, an hf-hub: id, or a raw training checkpoint "
@@ -22,15 +27,11 @@ def export_command() -> None:
 
 
 def _run(target: str, model: str, out: str, prefix: str | None, as_json: bool = False) -> None:
-    from cl_zoo.convert.export import EXPORTERS
-    from cl_zoo.fileio import check_output_path
+    from cl_zoo.export import EXPORTERS  # torch, numpy
 
     check_output_path(out, option="OUT")  # before the checkpoint is read and converted
     summary = EXPORTERS[target](model, out, prefix=prefix)
     if as_json:
-        import dataclasses
-        import json
-
         click.echo(json.dumps(dataclasses.asdict(summary), indent=1))
     else:
         click.echo(summary.text())

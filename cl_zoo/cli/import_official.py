@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import click
 
-from cl_zoo.convert.readers import FORMATS
+from cl_zoo.fileio import check_output_path
+
+from cl_zoo.models.releases import FORMATS
 
 
 @click.command("import")
@@ -32,14 +36,11 @@ def import_command(format: str, checkpoint: str, out: str, arch: str | None, ori
     AttributeDict read as a plain dict), after its archive is checked; nothing in it is imported
     or called. Every backbone tensor must be used, otherwise nothing is written.
     """
-    from cl_zoo.convert.readers import import_checkpoint
-    from cl_zoo.fileio import check_output_path
+    from cl_zoo.convert.readers import import_checkpoint  # torch
 
     check_output_path(out, folder=True, create_parents=True)  # before the checkpoint is read and converted
     folder, report = import_checkpoint(format, checkpoint, out, arch=arch, origin=origin)
     if as_json:
-        import json
-
         click.echo(json.dumps({"folder": str(folder), **report.to_dict()}, indent=1))
         return
     click.echo(report.text())

@@ -47,10 +47,7 @@ def index_command(embeddings: str, out: str, max_memory: str, sample: int | None
     from cl_zoo.fileio import check_output_path
 
     check_output_path(out)  # unwritable, missing parent, a folder: one line, before faiss is even imported
-    from cl_zoo.index import build_index, format_bytes, parse_memory
-    from cl_zoo.index.sidecar import sidecar_path
-    from cl_zoo.index.source import open_source
-    from cl_zoo.search import require_faiss
+    from cl_zoo.index import build_index, format_bytes, open_source, parse_memory, require_faiss, sidecar_path
 
     require_faiss("cl-zoo index")  # before the embeddings are read
     check_output_path(sidecar_path(Path(out)), option="--out's description")
@@ -78,18 +75,6 @@ def index_command(embeddings: str, out: str, max_memory: str, sample: int | None
     return 0
 
 
-def _is_index_description(path: Path) -> bool:
-    from cl_zoo.errors import ClZooError
-    from cl_zoo.fileio import read_json
-    from cl_zoo.index.sidecar import FORMAT
-
-    try:
-        data = read_json(path, max_bytes=1 << 20, what="index description")
-    except ClZooError:
-        return False
-    return isinstance(data, dict) and data.get("format") == FORMAT
-
-
 def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) -> None:
     """Refuse, in one line, an index (or its ``.json``) that would replace the embeddings it indexes:
     ``cl-zoo index emb.npy --out emb.npy`` used to replace the embeddings with the index, and ``--out
@@ -99,7 +84,7 @@ def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) ->
     from cl_zoo.embedding.files import LEGACY_PATHS_SIDECAR, OWN_SIDECARS, sidecar
     from cl_zoo.embedding.shards import named_like_ours
     from cl_zoo.fileio import check_replaceable, refuse_inputs_as_outputs
-    from cl_zoo.index.sidecar import sidecar_path
+    from cl_zoo.index.sidecar import is_index_description, sidecar_path
 
     out = Path(out)
     inputs: list[Path] = []
@@ -108,7 +93,7 @@ def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) ->
     if source.location.is_dir():
         inputs += named_like_ours(source.location)
     refuse_inputs_as_outputs([out, sidecar_path(out)], inputs)
-    check_replaceable(sidecar_path(out), _is_index_description, "an index description")
+    check_replaceable(sidecar_path(out), is_index_description, "an index description")
 
 
 __all__ = ["check_index_outputs", "index_command"]

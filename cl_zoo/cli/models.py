@@ -1,27 +1,38 @@
 """``cl-zoo models`` and ``cl-zoo info``: what the registry holds.
 
-Parameter counts come from building each architecture on the ``meta`` device: no memory is
-allocated and no weights are initialised, so listing every model (including CMC's ResNet-50 x2
-pair) stays well under a couple of seconds.
+Neither imports torch for the zoo's own models: parameter counts and feature sizes are declared in
+the architecture table (:mod:`cl_zoo.models.archs`, checked against built models by the tests).
+An architecture registered elsewhere, or built with other arguments, is built on the ``meta``
+device: no memory is allocated and no weights are initialised.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import click
 
+# All torch-free (tests/test_cli_startup.py): the registry's tables, Hub and cache look-ups.
+from cl_zoo.bundled import installed_folder
+from cl_zoo.checkpoint.hub import find_bundled, registered_repo_id
+from cl_zoo.convert.sources import cache_root
+from cl_zoo.models.releases import MIRRORS, RELEASES
+from cl_zoo.registry import build_arch, find_pretrained, get_arch, get_pretrained, list_models
+
 
 @lru_cache(maxsize=None)
 def _arch_stats(arch: str, kwargs_json: str) -> tuple[int, int]:
-    """(parameter count, feature dimension) of an architecture, built without real memory."""
-    import torch
+    """(parameter count, feature dimension) of an architecture: declared, or built without real memory."""
+    entry = get_arch(arch)
+    if kwargs_json == "{}" and entry.params is not None and entry.num_features is not None:
+        return entry.params, entry.num_features
+    import torch  # only for an architecture without declared sizes
 
-    from cl_zoo.registry import build_arch
-
+    entry.builder  # noqa: B018 - import the family module outside the meta context (module-level tensors stay real)
     with torch.device("meta"):
         model = build_arch(arch, **json.loads(kwargs_json))
     return sum(p.numel() for p in model.parameters()), int(getattr(model, "num_features", 0))
@@ -36,13 +47,6 @@ def where_here(name: str) -> dict[str, str | None]:
     ``release cache`` (a third-party release already fetched and converted), ``download: Hub`` or
     ``download: publisher`` (needs the network on first use); ``path`` is the local folder if any.
     """
-    import os
-
-    from cl_zoo.bundled import installed_folder
-    from cl_zoo.checkpoint.hub import find_bundled, registered_repo_id
-    from cl_zoo.convert.sources import cache_root
-    from cl_zoo.registry import get_pretrained
-
     cfg = get_pretrained(name).cfg
     if cfg.bundled and (folder := find_bundled(cfg.bundled)) is not None:
         wheel, env = installed_folder("model_cards"), os.environ.get("CL_ZOO_MODEL_CARDS")
@@ -53,7 +57,7 @@ def where_here(name: str) -> dict[str, str | None]:
         return {"where": where, "path": str(folder)}
     repo_id = registered_repo_id(cfg)
     if repo_id is not None:
-        from huggingface_hub import try_to_load_from_cache
+        from huggingface_hub import try_to_load_from_cache  # heavy import, only for a model the Hub serves
 
         try:
             cached = try_to_load_from_cache(repo_id, "config.json", revision=cfg.revision)
@@ -70,10 +74,6 @@ def where_here(name: str) -> dict[str, str | None]:
 
 def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, Any]]:
     """One dict per registered name: the data behind the table and ``--json``."""
-    from cl_zoo.checkpoint.hub import find_bundled, registered_repo_id
-    from cl_zoo.models.releases import MIRRORS, RELEASES
-    from cl_zoo.registry import find_pretrained, get_arch, list_models
-
     rows = []
     for name in list_models(pattern, pretrained=pretrained):
         if (entry := find_pretrained(name)) is not None:
@@ -169,9 +169,6 @@ def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def info_command(name: str, as_json: bool) -> None:
     """Show one registered model: architecture, size, preprocessing, provenance and sources."""
-    from cl_zoo.models.releases import RELEASES
-    from cl_zoo.registry import find_pretrained, get_arch
-
     entry = find_pretrained(name)
     # get_arch raises "unknown model ...; did you mean ..." over every registered name
     cfg = entry.cfg if entry is not None else get_arch(name).default_cfg

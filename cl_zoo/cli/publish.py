@@ -91,7 +91,9 @@ def publish_command(
         return
     if release:
         assert repo_id is not None
-        result, pins = pub.publish_release(release, repo_id, **options)
+        from cl_zoo.convert.mirror import publish_release
+
+        result, pins = publish_release(release, repo_id, **options)
         if dry_run:
             click.echo("dry run: nothing uploaded")
             return

@@ -80,7 +80,7 @@ def search_command(
         from cl_zoo.fileio import check_output_path
 
         check_output_path(save_index, option="--save-index")
-    from cl_zoo import search as S
+    from cl_zoo.index import search as S
     from cl_zoo.data.images import discover_images
     from cl_zoo.embedding import extract_features, load_embedding_model, load_embeddings, resolve_model_reference
 
@@ -173,7 +173,7 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
     --out DIR/ run wrote (checked against its manifest).
     """
     from cl_zoo.embedding import load_embeddings
-    from cl_zoo.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores, require_faiss
+    from cl_zoo.index.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores, require_faiss
 
     require_faiss("cl-zoo dedup")  # before the embeddings are read
     from cl_zoo.eval import grids

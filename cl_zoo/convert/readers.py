@@ -85,19 +85,20 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn as nn
 
-from cl_zoo.checkpoint import MismatchMessages, load_state_into
+from cl_zoo.checkpoint import MismatchMessages, load_state_into, save_pretrained
 from cl_zoo.checkpoint.card import inline_code, inline_text
 from cl_zoo.convert.restricted_pickle import LIGHTNING_GLOBALS, shown, weights_only_load
 from cl_zoo.errors import CheckpointError
+from cl_zoo.models.releases import FORMATS, RELEASES
+from cl_zoo.registry import build_arch, get_arch, get_pretrained
 
-FORMATS = ("jcl", "cmc", "cacr", "moco", "lightly")
 SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace,)
 _MAX_KEY = 300  # characters in a state dict key (ResNet-50's longest is 40)
 _CMC_ARCH_BY_WIDTH = {0.5: "cmc_resnet50x05_lab", 1.0: "cmc_resnet50x1_lab", 2.0: "cmc_resnet50x2_lab"}
@@ -363,8 +364,6 @@ def file_digests(path: Path) -> tuple[str, str]:
 
 def convert_checkpoint(fmt: str, path: str | os.PathLike[str], arch: str | None = None) -> tuple[nn.Module, ConversionReport]:
     """Read an author-released file and return the zoo model holding its backbone, plus a report."""
-    from cl_zoo.registry import build_arch, get_arch
-
     if fmt not in LAYOUTS:
         raise CheckpointError(f"unknown checkpoint format {fmt!r}; choose from {', '.join(FORMATS)}")
     layout = LAYOUTS[fmt]
@@ -404,8 +403,6 @@ def convert_checkpoint(fmt: str, path: str | os.PathLike[str], arch: str | None 
 
 
 def _releases_for(fmt: str, arch: str) -> list[Any]:
-    from cl_zoo.models.releases import RELEASES
-
     return [r for r in RELEASES.values() if r.format == fmt and r.arch == arch]
 
 
@@ -434,8 +431,6 @@ def source_lines(release: Any) -> list[str]:
 
 
 def _card_sections(report: ConversionReport, release: Any | None, origin: str | None, verified: bool) -> dict[str, str]:
-    from cl_zoo.registry import get_pretrained
-
     sections: dict[str, str] = {}
     origin_lines = [f"- Converted file: `{Path(report.source).name}`, sha256 `{report.source_sha256}`."]
     if origin:
@@ -499,12 +494,6 @@ def import_checkpoint(
     release_name: str | None = None,
 ) -> tuple[Path, ConversionReport]:
     """Convert ``path`` and write a zoo folder at ``out`` (complete or not at all)."""
-    import dataclasses
-
-    from cl_zoo.checkpoint import save_pretrained
-    from cl_zoo.models.releases import RELEASES
-    from cl_zoo.registry import get_pretrained
-
     model, report = convert_checkpoint(fmt, path, arch)
     candidates = [RELEASES[release_name]] if release_name else _releases_for(fmt, report.arch)
     _, md5 = file_digests(Path(path))
@@ -519,7 +508,7 @@ def import_checkpoint(
         release = candidates[0]
     verified = bool(report.matches_release or release_name)
     if release is not None:
-        cfg = dataclasses.replace(get_pretrained(release.name).cfg)
+        cfg = replace(get_pretrained(release.name).cfg)
         if not verified:
             cfg.metrics = {}  # the reported numbers describe the released file, not necessarily this one
         model.pretrained_cfg = cfg

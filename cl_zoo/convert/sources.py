@@ -30,12 +30,17 @@ import tempfile
 import urllib.error
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch.nn as nn
-
-from cl_zoo.errors import CheckpointError, ClZooError, HubError
+from cl_zoo.checkpoint.hub import download_folder, hub_settings
+from cl_zoo.checkpoint.layout import CARD_NAME, CONFIG_NAME, INDEX_NAME
+from cl_zoo.errors import CheckpointError, ClZooError, HubError, is_transport_error
+from cl_zoo.fileio import cache_root as cl_zoo_cache
 from cl_zoo.fileio import file_lock
+from cl_zoo.models.releases import MIRRORS, RELEASES
+
+if TYPE_CHECKING:
+    import torch.nn as nn
 
 _TRUE = {"1", "ON", "YES", "TRUE"}
 _DRIVE_VIEW = re.compile(r"^https://drive\.google\.com/file/d/([\w-]+)/view")
@@ -44,8 +49,6 @@ _DROPBOX_FOLDER = re.compile(r"^(https://www\.dropbox\.com/sh/[\w-]+/[\w-]+)\?dl
 
 def cache_root() -> Path:
     """``$CL_ZOO_CACHE/releases`` (default ``~/.cache/cl-zoo/releases``)."""
-    from cl_zoo.data.archive import cache_root as cl_zoo_cache
-
     return cl_zoo_cache() / "releases"
 
 
@@ -99,7 +102,7 @@ def download(url: str, dest: Path, *, sha256: str | None = None, progress: bool 
     before any connection. A checksum mismatch is a :class:`CheckpointError`; anything else that
     stops the download is a :class:`HubError` naming ``url``.
     """
-    from torch.hub import download_url_to_file
+    from torch.hub import download_url_to_file  # torch, only when a URL is downloaded
 
     if offline():
         raise HubError(f"cannot download {url}: offline mode (CL_ZOO_OFFLINE/HF_HUB_OFFLINE) forbids the network; "
@@ -131,7 +134,7 @@ def download(url: str, dest: Path, *, sha256: str | None = None, progress: bool 
 
 def _verify(path: Path, source: Any, *, quarantine: bool) -> None:
     """The publisher's checksum for this source, when there is one; a mismatch is an integrity error."""
-    from cl_zoo.convert.readers import file_digests
+    from cl_zoo.convert.readers import file_digests  # imports torch
 
     sha, md5 = file_digests(path)
     md5_prefix = getattr(source, "md5_prefix", None)
@@ -147,7 +150,7 @@ def _verify(path: Path, source: Any, *, quarantine: bool) -> None:
 
 
 def _fetch_hub(source: Any) -> Path:
-    from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download  # heavy import, made only when the Hub is used
     from huggingface_hub.errors import (
         EntryNotFoundError,
         HfHubHTTPError,
@@ -155,8 +158,6 @@ def _fetch_hub(source: Any) -> Path:
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
-
-    from cl_zoo.checkpoint.hub import hub_settings
 
     settings = hub_settings()
     local_only = bool(settings["local_files_only"]) or offline()
@@ -177,8 +178,6 @@ def _fetch_hub(source: Any) -> Path:
     except (HfHubHTTPError, OSError, ValueError) as exc:
         raise HubError(" ".join(str(exc).split())[:160]) from exc
     except Exception as exc:  # noqa: BLE001 - transport errors of the client's HTTP stack (httpx)
-        from cl_zoo.checkpoint.hub import is_transport_error
-
         if not is_transport_error(exc):
             raise
         raise HubError(f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}") from exc
@@ -242,8 +241,7 @@ def _copy_from_mirror(name: str, mirror: Any, folder: Path) -> None:
     sits where a conversion would have put it, so later loads neither retry dead publisher links
     nor need the network.
     """
-    from cl_zoo.checkpoint.folder import CARD_NAME, CONFIG_NAME, INDEX_NAME, load_folder, read_config, weight_files
-    from cl_zoo.checkpoint.hub import download_folder
+    from cl_zoo.checkpoint.folder import load_folder, read_config, weight_files  # imports torch
 
     snapshot = download_folder(mirror.repo_id)
     pins = dict(mirror.sha256)
@@ -277,9 +275,7 @@ def release_folder(name: str, arch: str | None = None, *, mirror: bool = True) -
     ``mirror=False`` uses the publisher's sources only (building a mirror from a mirror would
     launder it); a folder already cached is returned either way, since it passed its checks.
     """
-    from cl_zoo.checkpoint import CONFIG_NAME
-    from cl_zoo.convert.readers import import_checkpoint
-    from cl_zoo.models.releases import MIRRORS, RELEASES
+    from cl_zoo.convert.readers import import_checkpoint  # imports torch
 
     release = RELEASES.get(name)
     if release is None:
@@ -308,10 +304,10 @@ def release_folder(name: str, arch: str | None = None, *, mirror: bool = True) -
         raise _no_source(failures, integrity)
 
 
-def load_release(entry: Any) -> nn.Module:
+def load_release(entry: Any) -> "nn.Module":
     """A registered release as a zoo model: cached folder, or fetched (publisher first, then its
     mirror), verified and converted once."""
-    from cl_zoo.checkpoint import load_folder
+    from cl_zoo.checkpoint.folder import load_folder  # imports torch
 
     folder = release_folder(entry.name, entry.arch)
     model = load_folder(folder, model_name=entry.name)

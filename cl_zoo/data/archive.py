@@ -19,15 +19,10 @@ import zipfile
 from pathlib import Path
 
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_write_text, read_json
+from cl_zoo.fileio import atomic_write_text, cache_root, read_json  # cache_root: re-exported
 
 ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar.gz", ".tgz", ".tar", ".zip")
 COMPLETE_MARKER = ".cl-zoo-complete"
-
-
-def cache_root() -> Path:
-    """``$CL_ZOO_CACHE`` (default ``~/.cache/cl-zoo``): shared by extracted datasets and decoded tensors."""
-    return Path(os.environ.get("CL_ZOO_CACHE", "~/.cache/cl-zoo")).expanduser()
 
 
 def is_archive(path: str | os.PathLike) -> bool:

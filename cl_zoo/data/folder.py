@@ -17,7 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
+from cl_zoo.data.archive import extract_archive, is_archive
 from cl_zoo.data.images import IMAGE_EXTENSIONS, LinkSafeWalk, is_image_path
+from cl_zoo.data.named import NAMED_DATASETS, candidates, default_data_root
 from cl_zoo.errors import DataError
 
 SPLIT_NAMES: tuple[str, ...] = ("train", "val", "test")
@@ -224,9 +226,6 @@ def open_image_folder(
     ``require_labels=False`` (pretraining) also accepts a flat or nested folder of images that is
     not an ImageFolder: it comes back unlabeled (:func:`scan_unlabeled_folder`).
     """
-    from cl_zoo.data.archive import extract_archive, is_archive
-    from cl_zoo.data.named import NAMED_DATASETS, open_named_dataset
-
     text = os.fspath(spec)
     path = Path(text).expanduser()
     if text.lower() in NAMED_DATASETS and not path.exists():
@@ -247,3 +246,42 @@ def open_image_folder(
         except DataError:
             pass  # e.g. a sub-folder without images: a nested photo collection, not classes
     return scan_unlabeled_folder(folder, source=text, split=split)
+
+
+def open_named_dataset(name: str, root: str | os.PathLike | None = None, split: str | None = None):
+    """Resolve a named dataset's ``split`` (default ``train``) under ``root`` to an ImageFolderData."""
+    key = name.lower()
+    if key not in NAMED_DATASETS:
+        raise DataError(f"unknown dataset {name!r}; named datasets: {', '.join(sorted(NAMED_DATASETS))}")
+    ds = NAMED_DATASETS[key]
+    split = split or "train"
+    if split not in ds.splits:
+        raise DataError(f"{ds.name} has splits {', '.join(ds.splits)}, not {split!r}")
+    base = Path(root).expanduser() if root is not None else default_data_root()
+    tried: list[str] = []
+    mismatched: list[str] = []
+    for cand in candidates(ds, base, split):
+        if cand.is_file():
+            folder = extract_archive(cand)
+        elif cand.is_dir():
+            folder = cand
+        else:
+            continue
+        tried.append(str(cand))
+        subs = [folder / split]
+        if cand != base:  # an archive or folder may wrap its splits in one top folder
+            subs += [p / split for p in sorted(folder.iterdir()) if p.is_dir() and not p.name.startswith(".")]
+        for sub in subs:
+            if not sub.is_dir():
+                continue
+            data = scan_image_folder(sub, source=f"{ds.name}:{split}", split=split)
+            if data.num_classes == ds.num_classes:
+                return data
+            mismatched.append(f"{sub} has {data.num_classes} classes")
+    looked = ", ".join(tried) if tried else f"{base}/{{{','.join(ds.folders[:2])}}}[.tar.gz]"
+    extra = f"; rejected: {'; '.join(mismatched)} ({ds.name} has {ds.num_classes})" if mismatched else ""
+    raise DataError(
+        f"{ds.name} ({split}) not found under {base} (looked at {looked}{extra}); expected "
+        f"<root>/{ds.folders[0]}/{split}/<class>/<image> or an archive <root>/{ds.folders[1]}.tar.gz of that layout "
+        f"(cl-zoo does not download; pass --data-root or set CL_ZOO_DATA)"
+    )

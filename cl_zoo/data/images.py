@@ -23,7 +23,6 @@ from __future__ import annotations
 import csv
 import errno
 import io
-import json
 import os
 import re
 import struct
@@ -34,6 +33,7 @@ from typing import IO, Callable, Iterable, Iterator
 from PIL import Image, UnidentifiedImageError
 
 from cl_zoo.errors import DataError
+from cl_zoo.text import exception_line as _one_line, mib as _mib, parse_json_lines
 
 # The one list of accepted extensions (lower case; names are compared lower-cased). ImageFolder
 # discovery (cl_zoo.data.folder) imports it, so labelled and unlabelled inputs accept the same files.
@@ -149,14 +149,6 @@ MAX_LIST_ROWS: int = 1 << 24
 _LINE_BREAKS = (b"\n", b"\r", b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", "\x85".encode(), "\u2028".encode(), "\u2029".encode())
 
 
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
-
-
-def _one_line(exc: BaseException, limit: int = 200) -> str:
-    return " ".join(str(exc).split())[:limit] or type(exc).__name__
-
-
 def list_extension(name: str) -> str:
     """The lower-cased extension of a list's name or URL (a URL's query string is not part of it)."""
     if is_url(name):
@@ -187,30 +179,6 @@ def _table_column(rows: list[list[str]], present: Callable[[str], bool]) -> list
     if len(rows) > 1 and not looks_like_path(first) and looks_like_path(rows[1][0]):
         rows = rows[1:]
     return [r[0].strip() for r in rows if r[0].strip()]
-
-
-def parse_json_lines(text: str, name: str) -> list[str]:
-    """The paths of a JSON-lines list: one JSON string per ``\n``-terminated line, blank lines skipped.
-
-    Split on ``\n`` only: JSON escapes every line break inside a string, while a raw ``\r`` or
-    U+2028 may legally sit in one, so splitting on every Unicode break would cut names apart. Any
-    other row (an object, a number, a bare name) is refused naming its line, rather than guessed at:
-    the format exists so that names are exact.
-    """
-    paths = []
-    for n, line in enumerate(text.split("\n"), 1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except (ValueError, RecursionError):
-            raise DataError(f"{name} line {n} is not a JSON string") from None
-        if not isinstance(value, str):
-            raise DataError(f"{name} line {n} is {type(value).__name__}, not a JSON string path")
-        if not value:
-            raise DataError(f"{name} line {n} is an empty string, not a path")
-        paths.append(value)
-    return paths
 
 
 def _parquet_paths(source: bytes | IO[bytes], name: str) -> list[str]:

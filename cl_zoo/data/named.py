@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cl_zoo.errors import DataError
+from cl_zoo.lazy import lazy_exports
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ def default_data_root() -> Path:
     return Path(os.environ.get("CL_ZOO_DATA", "data")).expanduser()
 
 
-def _candidates(ds: NamedDataset, root: Path, split: str) -> list[Path]:
+def candidates(ds: NamedDataset, root: Path, split: str) -> list[Path]:
     found: list[Path] = []
     for stem in ds.folders:
         found.append(root / stem)
@@ -57,43 +57,6 @@ def _candidates(ds: NamedDataset, root: Path, split: str) -> list[Path]:
     return found
 
 
-def open_named_dataset(name: str, root: str | os.PathLike | None = None, split: str | None = None):
-    """Resolve a named dataset's ``split`` (default ``train``) under ``root`` to an ImageFolderData."""
-    from cl_zoo.data.archive import extract_archive
-    from cl_zoo.data.folder import scan_image_folder
-
-    key = name.lower()
-    if key not in NAMED_DATASETS:
-        raise DataError(f"unknown dataset {name!r}; named datasets: {', '.join(sorted(NAMED_DATASETS))}")
-    ds = NAMED_DATASETS[key]
-    split = split or "train"
-    if split not in ds.splits:
-        raise DataError(f"{ds.name} has splits {', '.join(ds.splits)}, not {split!r}")
-    base = Path(root).expanduser() if root is not None else default_data_root()
-    tried: list[str] = []
-    mismatched: list[str] = []
-    for cand in _candidates(ds, base, split):
-        if cand.is_file():
-            folder = extract_archive(cand)
-        elif cand.is_dir():
-            folder = cand
-        else:
-            continue
-        tried.append(str(cand))
-        subs = [folder / split]
-        if cand != base:  # an archive or folder may wrap its splits in one top folder
-            subs += [p / split for p in sorted(folder.iterdir()) if p.is_dir() and not p.name.startswith(".")]
-        for sub in subs:
-            if not sub.is_dir():
-                continue
-            data = scan_image_folder(sub, source=f"{ds.name}:{split}", split=split)
-            if data.num_classes == ds.num_classes:
-                return data
-            mismatched.append(f"{sub} has {data.num_classes} classes")
-    looked = ", ".join(tried) if tried else f"{base}/{{{','.join(ds.folders[:2])}}}[.tar.gz]"
-    extra = f"; rejected: {'; '.join(mismatched)} ({ds.name} has {ds.num_classes})" if mismatched else ""
-    raise DataError(
-        f"{ds.name} ({split}) not found under {base} (looked at {looked}{extra}); expected "
-        f"<root>/{ds.folders[0]}/{split}/<class>/<image> or an archive <root>/{ds.folders[1]}.tar.gz of that layout "
-        f"(cl-zoo does not download; pass --data-root or set CL_ZOO_DATA)"
-    )
+# The resolver scans folders, so it lives in cl_zoo.data.folder (which reads this table); served
+# from here lazily for the old import path.
+__getattr__, __dir__ = lazy_exports(globals(), {"open_named_dataset": "cl_zoo.data.folder:open_named_dataset"})

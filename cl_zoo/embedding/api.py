@@ -20,11 +20,11 @@ import torch.nn as nn
 from PIL import Image
 
 from cl_zoo.data.images import discover_images, to_rgb
-from cl_zoo.data.transforms import IN_MEMORY_KINDS, is_in_memory, pil_images
+from cl_zoo.embedding.transforms import IN_MEMORY_KINDS, is_in_memory, pil_images
 from cl_zoo.embedding.checks import check_finite
-from cl_zoo.embedding.extract import BatchForward, extract_features, prepare_engine
-from cl_zoo.embedding.inputs import resolve_inputs
-from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY
+from cl_zoo.embedding.extract import BatchForward, prepare_engine
+from cl_zoo.embedding.options import EngineOptions
+from cl_zoo.embedding.run import embed_to_output
 from cl_zoo.embedding.reference import load_embedding_model
 from cl_zoo.errors import ClZooError, DataError
 
@@ -60,14 +60,15 @@ def embed(
     paths: EmbedInput,
     model: str | os.PathLike[str] | nn.Module | None = None,
     *,
-    batch_size: int = 64,
-    device: str = "auto",
+    options: EngineOptions | None = None,
+    batch_size: int | None = None,
+    device: str | None = None,
     workers: int | None = None,
-    precision: str = "auto",
-    backend: str = "auto",
+    precision: str | None = None,
+    backend: str | None = None,
     progress: bool = False,
     calibration: str | os.PathLike[str] | Iterable[str | os.PathLike[str]] | None = None,
-    force_int8: bool = False,
+    force_int8: bool | None = None,
     image_key: str | None = None,
     normalize: bool = False,
 ) -> tuple[np.ndarray, list[str]]:
@@ -83,6 +84,8 @@ def embed(
     OpenVINO where this machine runs them faster (:func:`extract_features`); features are float32.
     ``precision="int8"`` calibrates on a sample of ``paths`` (or of ``calibration``: files, folders
     or path lists) and checks neighbour recall before using int8 (``force_int8`` skips the check).
+    Engine settings come from ``options`` (:class:`~cl_zoo.embedding.options.EngineOptions`, whose
+    defaults are ``cl-zoo embed``'s), each keyword given here overriding its field.
     ``normalize=True`` scales every row to unit L2 norm (as ``cl-zoo search`` does before comparing),
     so dot products are cosine similarities.
 
@@ -99,32 +102,20 @@ def embed(
     specs, images = _split_inputs(paths)
     if isinstance(calibration, (str, os.PathLike)):
         calibration = [calibration]
+    opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
+                               force_int8=force_int8)
     if images is not None:
-        if precision == "int8" and calibration is None:
+        if opts.precision == "int8" and calibration is None:
             raise ClZooError("precision='int8' calibrates on image files: pass calibration=<files, folders or path lists> with in-memory images")
-        calibration_files = list(discover_images(calibration)) if calibration is not None else None
-        features = _embed_images(
-            images, load_embedding_model(model), batch_size=batch_size, device=device, workers=workers, precision=precision,
-            backend=backend, progress=progress, calibration=calibration_files, force_int8=force_int8,
-        )
+        if calibration is not None:
+            opts = EngineOptions.merge(opts, calibration=list(discover_images(calibration)))
+        features = _embed_images(images, load_embedding_model(model), opts, progress=progress)
         return (_unit_rows(features) if normalize else features), [f"<image {i}>" for i in range(len(images))]
     assert specs is not None
-    found = resolve_inputs(specs)
-    files = found.files
-    calibration_files = list(discover_images(calibration)) if calibration is not None else None
-    net = load_embedding_model(model)
-    if found.is_webdataset:
-        from cl_zoo.embedding.tars import extract_tar_features
-
-        result = extract_tar_features(
-            net, found.tars, image_key=image_key or DEFAULT_IMAGE_KEY, batch_size=batch_size, device=device, workers=workers,
-            precision=precision, backend=backend, progress=progress, calibration=calibration_files, force_int8=force_int8,
-        )
-    else:
-        result = extract_features(
-            net, files, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
-            progress=progress, calibration=calibration_files, force_int8=force_int8,
-        )
+    if calibration is not None:
+        opts = EngineOptions.merge(opts, calibration=list(discover_images(calibration)))
+    result = embed_to_output(specs, None, model=model, options=opts, image_key=image_key, progress=progress).result
+    assert result is not None
     if not result.paths:
         raise DataError(f"none of the {len(result.failures)} images could be read (first: {result.failures[0][0]}: {result.failures[0][1]})")
     if result.failures:
@@ -136,33 +127,19 @@ def embed(
 
 
 def _unit_rows(features: np.ndarray) -> np.ndarray:
-    from cl_zoo.search import normalize
+    from cl_zoo.arrays import normalize
 
     return normalize(features)
 
 
-def _embed_images(
-    images: list[Image.Image],
-    net: nn.Module,
-    *,
-    batch_size: int,
-    device: str,
-    workers: int | None,
-    precision: str,
-    backend: str,
-    progress: bool,
-    calibration: list[str] | None,
-    force_int8: bool,
-) -> np.ndarray:
+def _embed_images(images: list[Image.Image], net: nn.Module, options: EngineOptions, *, progress: bool) -> np.ndarray:
     """float32 ``[N, D]`` features of decoded images: the files' preprocessing and engine, minus the decoding."""
     from tqdm import tqdm
 
     if not images:
         raise DataError("no images given")
-    engine = prepare_engine(
-        net, [], batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
-        need_fingerprint=False, calibration=calibration, force_int8=force_int8, images=len(images),
-    )
+    batch_size = options.batch_size
+    engine = prepare_engine(net, [], options, need_fingerprint=False, images=len(images))
     forward = BatchForward(net, engine)
     names = [f"<image {i}>" for i in range(len(images))]
     parts: list[np.ndarray] = []

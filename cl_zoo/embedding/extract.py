@@ -11,15 +11,16 @@ import math
 import os
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 import torch
 import torch.nn as nn
 
-from cl_zoo.data.workers import default_workers
+from cl_zoo.data.workers import default_workers, usable_cpus
 from cl_zoo.embedding.checks import (
     check_finite,
 )
@@ -32,10 +33,12 @@ from cl_zoo.embedding.engine import (
     resolve_device,
     resolve_engine,
 )
+from cl_zoo.embedding.options import EXACT, EngineOptions
 from cl_zoo.embedding.preprocess import (
     ImageList,
     Preprocess,
     collate_images,
+    stack_pixels,
 )
 from cl_zoo.embedding.progress import (
     Chunk,
@@ -65,6 +68,7 @@ class FeatureResult:
     backend: str = "torch"  # what ran: torch or openvino
     backend_reason: str = ""  # why that backend (printed once by commands)
     quantization: dict[str, Any] | None = None  # int8 asked for: calibration, fidelity, whether it ran
+    workers: int = 0  # decode processes that ran (chosen at start-up unless given)
 
     @property
     def images_per_second(self) -> float:
@@ -76,22 +80,23 @@ def extract_features(
     model: nn.Module,
     paths: Sequence[str],
     *,
-    batch_size: int = 64,
-    device: str | torch.device = "auto",
+    options: EngineOptions | None = None,
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
     workers: int | None = None,
-    precision: str = "fp32",
-    backend: str = "torch",
+    precision: str | None = None,
+    backend: str | None = None,
     progress: bool = False,
     progress_dir: str | os.PathLike[str] | None = None,
     resume: bool = False,
     force: bool = False,
     chunk_batches: int | None = None,
-    fuse: bool = True,
+    fuse: bool | None = None,
     max_batches: int | None = None,
     calibration: Sequence[str] | None = None,
     calibration_size: int | None = None,
-    calibration_seed: int = 0,
-    force_int8: bool = False,
+    calibration_seed: int | None = None,
+    force_int8: bool | None = None,
 ) -> FeatureResult:
     """Embed ``paths`` (kept in the given order) with ``model``; bad files become ``failures``.
 
@@ -105,6 +110,13 @@ def extract_features(
     ``openvino``) are resolved for the device (:mod:`cl_zoo.precision`, :mod:`cl_zoo.backends`);
     the result says what ran. A model OpenVINO cannot convert runs on torch with a one-line warning.
 
+    Engine settings come from ``options`` (:class:`~cl_zoo.embedding.options.EngineOptions`), each
+    keyword given here overriding its field. Without ``options`` the base is
+    :data:`~cl_zoo.embedding.options.EXACT` (fp32 on torch), not the ``auto`` defaults the
+    user-facing ``cl_zoo.embed`` and ``cl-zoo embed`` use: k-NN and linear evaluation embed through
+    this function, and their reports must give the same numbers on every machine; and the function
+    said fp32/torch before ``EngineOptions`` existed, so old calls keep their features.
+
     ``precision="int8"`` quantizes with NNCF on ``calibration_size`` images (default 512) drawn by
     ``calibration_seed`` from ``calibration`` (default: ``paths`` themselves), and uses the int8
     model only if it passes its fidelity gate on the held-out half (:mod:`cl_zoo.backends.int8`);
@@ -116,11 +128,13 @@ def extract_features(
     rank, world = dist_info()
     if world > 1 and progress_dir is None:
         raise ClZooError("embedding under torchrun needs a progress folder shared by all ranks (an output path)")
-    engine = prepare_engine(
-        model, paths, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
-        need_fingerprint=progress_dir is not None, calibration=calibration, calibration_size=calibration_size,
+    opts = EngineOptions.merge(
+        EXACT if options is None else options, batch_size=batch_size, device=device, workers=workers, precision=precision,
+        backend=backend, fuse=fuse, calibration=calibration, calibration_size=calibration_size,
         calibration_seed=calibration_seed, force_int8=force_int8,
     )
+    batch_size = opts.batch_size
+    engine = prepare_engine(model, paths, opts, need_fingerprint=progress_dir is not None)
     chunk_batches = chunk_batches or max(1, 1024 // batch_size)
     chunk_size = batch_size * chunk_batches
     n_chunks = math.ceil(len(paths) / chunk_size)
@@ -144,7 +158,7 @@ def extract_features(
 
     computed = run_batches(
         model, engine, paths, chunk_batches_of(todo, chunk_size, batch_size, len(paths)), lambda i: i // chunk_size, keep,
-        workers=engine.workers, fuse=fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
+        workers=engine.workers, fuse=opts.fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
     )
     barrier(world)
     if world > 1:
@@ -174,6 +188,7 @@ class Engine:
     reason: str
     runner: Any = None  # a compiled OpenVINO model, or None for torch
     quantization: dict[str, Any] | None = None
+    auto_workers: bool = False  # workers not given: run_batches may choose fewer from a start-up measurement
 
     def progress_manifest(self, model: nn.Module, paths: Sequence[str], batch_size: int, chunk_size: int) -> dict[str, Any]:
         manifest = progress_manifest(paths, model, self.preprocess, batch_size, chunk_size, self.precision, self.device,
@@ -184,33 +199,26 @@ class Engine:
 
     def describe(self, result: "FeatureResult") -> None:
         result.precision, result.backend, result.backend_reason = self.precision, self.backend, self.reason
-        result.quantization = self.quantization
+        result.quantization, result.workers = self.quantization, self.workers
 
 
 def prepare_engine(
     model: nn.Module,
     paths: Sequence[str],
+    options: EngineOptions,
     *,
-    batch_size: int,
-    device: str | torch.device,
-    workers: int | None,
-    precision: str,
-    backend: str,
     need_fingerprint: bool,
-    calibration: Sequence[str] | None = None,
-    calibration_size: int | None = None,
-    calibration_seed: int = 0,
-    force_int8: bool = False,
     images: int | None = None,
 ) -> Engine:
     """Check the options and resolve what runs (``images``: how many will be embedded, default ``len(paths)``)."""
+    batch_size, device, precision, backend = options.batch_size, options.device, options.precision, options.backend
     if batch_size < 1:
         raise ClZooError(f"batch size must be at least 1, got {batch_size}")
     if precision not in PRECISIONS:
         raise ClZooError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-    workers = default_workers() if workers is None else workers
-    if workers < 0:
-        raise ClZooError(f"workers must be >= 0, got {workers}")
+    if options.workers is not None and options.workers < 0:
+        raise ClZooError(f"workers must be >= 0, got {options.workers}")
+    workers = default_workers() if options.workers is None else options.workers
     _, world = dist_info()
     dev = resolve_device(device)
     if world > 1 and dev.type == "cuda" and dev.index is None:
@@ -220,12 +228,12 @@ def prepare_engine(
     # The weights digest names progress files and the OpenVINO cache entry; skip it when neither is used.
     fingerprint = model_fingerprint(model) if need_fingerprint or backend != "torch" else None
     precision, choice = resolve_engine(model, dev, precision, backend, count, fingerprint)
-    engine = Engine(dev, preprocess, workers, fingerprint, precision, choice.name, choice.reason)
+    engine = Engine(dev, preprocess, workers, fingerprint, precision, choice.name, choice.reason, auto_workers=options.workers is None)
     if precision == "int8" and count:
         engine.fingerprint = engine.fingerprint or model_fingerprint(model)
         engine.runner, engine.precision, engine.reason, engine.quantization = int8_runner(
-            model, engine.fingerprint, preprocess, paths if calibration is None else calibration,
-            calibration_size, calibration_seed, force_int8, workers, dev,
+            model, engine.fingerprint, preprocess, paths if options.calibration is None else options.calibration,
+            options.calibration_size, options.calibration_seed, options.force_int8, workers, dev,
         )
         engine.backend = "openvino"
     elif choice.name == "openvino" and count:
@@ -242,6 +250,27 @@ def chunk_batches_of(chunks: Sequence[int], chunk_size: int, batch_size: int, to
         for k in chunks
         for s in range(k * chunk_size, min((k + 1) * chunk_size, total), batch_size)
     ]
+
+
+def image_batches(
+    paths: Sequence[str], preprocess: Preprocess, batches: list[list[int]], workers: int, device: torch.device,
+) -> torch.utils.data.DataLoader:
+    """The decoded batches ``(indices, uint8 NHWC pixels or None, failures)`` of ``batches``, in order.
+
+    Worker processes decode, each collating straight into shared memory
+    (:func:`~cl_zoo.embedding.preprocess.collate_images`), so a batch crosses to this process
+    without a copy, and the main process stays free to feed the inference engine.
+    ``benchmarks/embed_throughput.py`` times exactly this loader as the
+    decode-only rate.
+    """
+    return torch.utils.data.DataLoader(
+        ImageList(paths, preprocess),
+        batch_sampler=batches,
+        num_workers=workers,
+        collate_fn=collate_images,
+        pin_memory=device.type == "cuda",
+        prefetch_factor=4 if workers > 0 else None,
+    )
 
 
 def run_batches(
@@ -269,16 +298,7 @@ def run_batches(
 
     if not batches:
         return 0
-    dev, preprocess = engine.device, engine.preprocess
     forward = BatchForward(model, engine, fuse=fuse)
-    loader = torch.utils.data.DataLoader(
-        ImageList(paths, preprocess),
-        batch_sampler=batches,
-        num_workers=workers,
-        collate_fn=collate_images,
-        pin_memory=dev.type == "cuda",
-        prefetch_factor=4 if workers > 0 else None,
-    )
     pending: dict[int, list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]] = {}
     remaining: dict[int, int] = {}
     for b in batches:
@@ -289,24 +309,104 @@ def run_batches(
         file=sys.stderr, dynamic_ncols=True, smoothing=0.1,
     )
     computed = 0
+
+    def finish(batch: tuple[list[int], Any, list[tuple[int, str]]], feats: np.ndarray) -> None:
+        nonlocal computed
+        indices, _, failed = batch
+        if len(indices):
+            check_finite(feats, [paths[i] for i in indices], model, engine.precision)
+        k = chunk_of(indices[0] if indices else failed[0][0])
+        pending.setdefault(k, []).append((feats, np.asarray(indices, dtype=np.int64), failed))
+        computed += len(indices)
+        bar.update(len(indices) + len(failed))
+        remaining[k] -= 1
+        if remaining[k] == 0:
+            on_chunk(k, merge_chunk(pending.pop(k)))
+
     try:
         with forward.context():
-            for n, (indices, pixels, failed) in enumerate(loader):
-                if max_batches is not None and n >= max_batches:
-                    raise KeyboardInterrupt(f"stopped after {max_batches} batches")
-                feats = forward(pixels)
-                if len(indices):
-                    check_finite(feats, [paths[i] for i in indices], model, engine.precision)
-                k = chunk_of(indices[0] if indices else failed[0][0])
-                pending.setdefault(k, []).append((feats, np.asarray(indices, dtype=np.int64), failed))
-                computed += len(indices)
-                bar.update(len(indices) + len(failed))
-                remaining[k] -= 1
-                if remaining[k] == 0:
-                    on_chunk(k, merge_chunk(pending.pop(k)))
+            if engine.auto_workers and len(batches) >= SPLIT_MIN_BATCHES:
+                workers = engine.workers = choose_workers(forward, engine, paths, batches[0], workers)
+            loader = image_batches(paths, engine.preprocess, batches, workers, engine.device)
+            overlapped(loader, forward, lambda batch: batch[1], finish, max_batches)
     finally:
         bar.close()
     return computed
+
+
+# The start-up measurement of choose_workers: how many images it decodes and runs, the fewest
+# batches a run needs for it to be worth them, and how much more decoding than the average share
+# it provisions (decode comes in bursts; a decoder exactly as fast as the average lets the engine
+# wait whenever it falls behind).
+SPLIT_PROBE_IMAGES = 4
+SPLIT_MIN_BATCHES = 4
+SPLIT_HEADROOM = 2.0
+
+
+def choose_workers(forward: Callable[[torch.Tensor], np.ndarray], engine: Engine, paths: Sequence[str], batch: Sequence[int],
+                   limit: int) -> int:
+    """Decode processes for this run on the CPU: enough for decode's measured share of the cores, at most ``limit``.
+
+    Decode and inference share the cores, so every decoder beyond what decode needs only takes
+    time slices from the inference threads (and memory). At start-up this decodes a few of the
+    run's images and runs the engine on them, timing each in CPU seconds (``thread_time`` for the
+    decode, ``process_time`` over all inference threads for the engine), so other processes on a
+    busy machine do not skew it; decode's share ``d / (d + m)`` of the per-image CPU time, times
+    the cores and :data:`SPLIT_HEADROOM`, rounded up, is the number of decoders. On a GPU the
+    model does not use the cores: every decoder is kept. The engine's own threads stay at all
+    cores (OpenVINO's THROUGHPUT streams, torch's intra-op threads): decode takes a minority of
+    the CPU time, and a core reserved for it would idle the rest of the time.
+    """
+    if engine.device.type != "cpu" or limit <= 1:
+        return limit
+    items = ImageList(paths, engine.preprocess)
+    start = time.thread_time()
+    arrays = [a for _, a, _ in (items[i] for i in batch[:SPLIT_PROBE_IMAGES]) if a is not None]
+    if not arrays:
+        return limit
+    decode = (time.thread_time() - start) / len(arrays)
+    pixels = stack_pixels(arrays)
+    forward(pixels)  # warm-up: the engine's first call allocates and selects kernels
+    start = time.process_time()
+    forward(pixels)
+    infer = (time.process_time() - start) / len(arrays)
+    need = math.ceil(usable_cpus() * SPLIT_HEADROOM * decode / max(decode + infer, 1e-9))
+    return max(1, min(limit, need))
+
+
+Batch = TypeVar("Batch")
+
+
+def overlapped(
+    batches: Iterable[Batch],
+    forward: "BatchForward",
+    pixels_of: Callable[[Batch], torch.Tensor | None],
+    finish: Callable[[Batch, np.ndarray], None],
+    max_batches: int | None = None,
+) -> None:
+    """Run ``forward`` on each batch, fetching batch k+1 while batch k runs; ``finish`` sees them in order.
+
+    Decoding (DataLoader workers) and inference (OpenVINO's streams, or the GPU) then work at the
+    same time instead of taking turns: with one batch in flight the inference engine always has
+    the next batch queued when it finishes one, and the main process's own work (receiving a
+    batch, checking and storing features) happens while the engine runs. ``max_batches`` finishes
+    the batches already started, then stops with ``KeyboardInterrupt`` (how tests interrupt a run),
+    exactly as the synchronous loop did.
+    """
+    inflight: deque[tuple[Batch, Callable[[], np.ndarray]]] = deque()
+
+    def drain(keep: int) -> None:
+        while len(inflight) > keep:
+            batch, result = inflight.popleft()
+            finish(batch, result())
+
+    for n, batch in enumerate(batches):
+        if max_batches is not None and n >= max_batches:
+            drain(0)
+            raise KeyboardInterrupt(f"stopped after {max_batches} batches")
+        inflight.append((batch, forward.submit(pixels_of(batch))))
+        drain(1)
+    drain(0)
 
 
 class BatchForward:
@@ -328,18 +428,32 @@ class BatchForward:
         stack.enter_context(inference_autocast(self.engine.device, "fp32" if self.engine.runner is not None else self.engine.precision))
         return stack
 
-    def __call__(self, pixels: torch.Tensor | None) -> np.ndarray:
+    def submit(self, pixels: torch.Tensor | None) -> Callable[[], np.ndarray]:
+        """Start a batch; the returned call gives its features (waiting for OpenVINO or the GPU only then).
+
+        On CUDA the copy from pinned memory and the kernels are queued asynchronously and only the
+        result's ``.cpu()`` waits, so the CPU decodes the next batch while the GPU runs this one;
+        on the CPU under torch the work happens here, synchronously.
+        """
         if pixels is None:
-            return np.zeros((0, 0), dtype=np.float32)
+            return lambda: np.zeros((0, 0), dtype=np.float32)
         if self.engine.runner is not None:
-            return self.engine.runner(pixels)  # uint8 NHWC in, float32 [B, D] out; normalisation inside
+            submit = getattr(self.engine.runner, "submit", None)  # uint8 NHWC in, float32 [B, D] out; normalisation inside
+            if submit is not None:
+                return submit(pixels)
+            out = self.engine.runner(pixels)
+            return lambda: out
         assert self.net is not None
         x = pixels.to(self.engine.device, non_blocking=True).permute(0, 3, 1, 2)  # NHWC memory = channels-last
         x = (x.float() - self.mean) * self.inv_std
         feats = self.net(x)
         if not isinstance(feats, torch.Tensor):
             raise ClZooError(f"{type(self.model).__name__}.forward_features returned {type(feats).__name__}, not a tensor")
-        return feats.reshape(feats.shape[0], -1).float().cpu().numpy()
+        flat = feats.reshape(feats.shape[0], -1)
+        return lambda: flat.float().cpu().numpy()
+
+    def __call__(self, pixels: torch.Tensor | None) -> np.ndarray:
+        return self.submit(pixels)()
 
 
 def merge_chunk(parts: list[tuple[np.ndarray, np.ndarray, list[tuple[int, str]]]]) -> Chunk:

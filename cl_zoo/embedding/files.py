@@ -12,7 +12,6 @@ stale table stays beside new embeddings.
 from __future__ import annotations
 
 import csv
-import io
 import json
 import os
 from pathlib import Path
@@ -20,23 +19,45 @@ from typing import Any, Sequence
 
 import numpy as np
 
+# The readers (path list, metadata, .npy header) live below embedding/ and index/, which both read
+# these files; they are re-exported here, where the writer's users have always imported them.
+from cl_zoo.arrays import (  # noqa: F401 - re-exported
+    CSV_SIDECAR,
+    LEGACY_PATHS_SIDECAR,
+    META_SIDECAR,
+    PATHS_SIDECAR,
+    ROW_TABLE_HEAD,
+    check_recorded_shape,
+    checked_metadata,
+    csv_with_header,
+    old_row_table,
+    parquet_metadata,
+    path_listing,
+    read_metadata,
+    read_npy_features,
+    read_npy_rows,
+    read_path_list,
+    sidecar,
+)
 from cl_zoo.embedding.checks import (
     NonFiniteFeatureError,
     display_path,
 )
-from cl_zoo.data.images import is_url, parse_json_lines
+from cl_zoo.embedding.parts import check_progress_folder
+from cl_zoo.embedding.shards import open_shards
+from cl_zoo.data.images import is_url
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, atomic_path, check_replaceable, read_head, read_json, refuse_inputs_as_outputs
+from cl_zoo.fileio import (
+    MAX_EMBEDDINGS_META_BYTES,
+    atomic_path,
+    check_replaceable,
+    read_bounded_json,
+    read_head,
+    refuse_inputs_as_outputs,
+)
 from cl_zoo.optional import require
 
 OUTPUT_SUFFIXES = (".npy", ".parquet")
-
-
-def sidecar(out: str | os.PathLike[str], suffix: str) -> Path:
-    """``emb.npy`` -> ``emb<suffix>`` (``.paths.jsonl``, ``.meta.json``, ``.failures.csv``, ``.parts``...)."""
-    out = Path(out)
-    return out.with_name(out.stem + suffix)
-
 
 
 def _atomic_write(final: Path, write: Any) -> None:
@@ -45,22 +66,10 @@ def _atomic_write(final: Path, write: Any) -> None:
         write(str(tmp))
 
 
-PATHS_SIDECAR = ".paths.jsonl"
-LEGACY_PATHS_SIDECAR = ".paths.txt"
-# The index,path row table earlier versions wrote beside a .npy: read when nothing else names the
-# rows, removed when a new output replaces the old one, never written.
-CSV_SIDECAR = ".csv"
-META_SIDECAR = ".meta.json"
 FAILURES_SIDECAR = ".failures.csv"
 PARTS_SIDECAR = ".parts"
-# The first line of each CSV cl-zoo writes or wrote (csv.writer ends lines with \r\n): its marker.
-_CSV_HEAD = b"index,path"
+# The first line of the failure report cl-zoo writes (csv.writer ends lines with \r\n): its marker.
 _FAILURES_HEAD = b"path,reason"
-
-
-def _csv_with_header(path: Path, header: bytes) -> bool:
-    head = read_head(path, len(header) + 2)  # a "\n" line end leaves the next row's first byte in it
-    return head.startswith((header + b"\r\n", header + b"\n"))
 
 
 def _is_path_list(path: Path) -> bool:
@@ -79,7 +88,7 @@ def _is_path_list(path: Path) -> bool:
 
 def _is_metadata(path: Path) -> bool:
     try:
-        meta = read_json(path, max_bytes=MAX_EMBEDDINGS_META_BYTES, what="embeddings metadata file")
+        meta = read_bounded_json(path, MAX_EMBEDDINGS_META_BYTES, "embeddings metadata file")
     except ClZooError:
         return False
     return isinstance(meta, dict) and {"dims", "count", "dtype"} <= meta.keys()
@@ -89,9 +98,9 @@ def _is_metadata(path: Path) -> bool:
 # replaces or removes (the .csv only removes: see old_row_table).
 OWN_SIDECARS = {
     PATHS_SIDECAR: (_is_path_list, "an embeddings path list (.paths.jsonl)"),
-    CSV_SIDECAR: (lambda p: _csv_with_header(p, _CSV_HEAD), "an embeddings row table (index,path)"),
+    CSV_SIDECAR: (lambda p: csv_with_header(p, ROW_TABLE_HEAD), "an embeddings row table (index,path)"),
     META_SIDECAR: (_is_metadata, "an embeddings metadata file"),
-    FAILURES_SIDECAR: (lambda p: _csv_with_header(p, _FAILURES_HEAD), "an embed failure report (path,reason)"),
+    FAILURES_SIDECAR: (lambda p: csv_with_header(p, _FAILURES_HEAD), "an embed failure report (path,reason)"),
 }
 
 
@@ -99,19 +108,6 @@ def sidecars_of(out: str | os.PathLike[str]) -> list[str]:
     """The sidecar suffixes written (or, for a stale failure report, deleted) beside ``out``."""
     npy = Path(out).suffix.lower() == ".npy"
     return [*((PATHS_SIDECAR, META_SIDECAR) if npy else ()), FAILURES_SIDECAR]
-
-
-def old_row_table(out: str | os.PathLike[str]) -> Path | None:
-    """The ``index,path`` ``.csv`` an earlier version wrote beside a ``.npy`` ``out``, if one is there.
-
-    Writing ``out`` removes it, since its rows would contradict the new ones. Anything else with that
-    name (a ``train.csv`` of labels beside ``--out train.npy``, a link, a folder) is not ours and is
-    left alone: that name is no longer written, so there is nothing to refuse.
-    """
-    if Path(out).suffix.lower() != ".npy":
-        return None
-    table = sidecar(out, CSV_SIDECAR)
-    return table if OWN_SIDECARS[CSV_SIDECAR][0](table) else None  # read_head: links and non-files read as b""
 
 
 def check_output_files(out: str | os.PathLike[str], inputs: Sequence[str | os.PathLike[str]] = ()) -> int | None:
@@ -124,8 +120,6 @@ def check_output_files(out: str | os.PathLike[str], inputs: Sequence[str | os.Pa
     ``.meta.json`` of cl-zoo's records when one is there (an earlier output, whose older
     ``.paths.txt`` listing may then be removed).
     """
-    from cl_zoo.embedding.parts import check_progress_folder
-
     out = Path(out)
     names = sidecars_of(out)
     removed = [t for t in (old_row_table(out),) if t is not None]
@@ -134,7 +128,7 @@ def check_output_files(out: str | os.PathLike[str], inputs: Sequence[str | os.Pa
     check_progress_folder(sidecar(out, PARTS_SIDECAR))
     if not found.get(META_SIDECAR):
         return None
-    count = read_json(sidecar(out, META_SIDECAR), max_bytes=MAX_EMBEDDINGS_META_BYTES).get("count")
+    count = read_bounded_json(sidecar(out, META_SIDECAR), MAX_EMBEDDINGS_META_BYTES).get("count")
     return count if isinstance(count, int) and not isinstance(count, bool) else None
 
 
@@ -162,64 +156,6 @@ def write_path_list(final: str | os.PathLike[str], paths: Sequence[str]) -> Path
     final = Path(final)
     _atomic_write(final, lambda tmp: Path(tmp).write_text("".join(json.dumps(p) + "\n" for p in paths), encoding="ascii"))
     return final
-
-
-def read_path_list(listing: str | os.PathLike[str]) -> list[str]:
-    """The row paths of an embeddings file: ``.paths.jsonl`` lines, an old ``.paths.txt`` or ``.csv``.
-
-    Old listings hold one raw name per ``\n``-terminated line (what earlier versions wrote), so
-    they are split on ``\n`` only: splitting on every Unicode line break, as before, miscounted
-    rows whose names hold ``\r`` or U+2028.
-    """
-    listing = Path(listing)
-    try:
-        data = listing.read_bytes()
-    except OSError as exc:
-        raise DataError(f"cannot read {listing}: {exc.strerror or exc}") from None
-    if listing.name.endswith(CSV_SIDECAR):
-        return _read_row_table(data, listing)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{listing} is not UTF-8 text (byte {exc.start})") from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if listing.name.endswith(LEGACY_PATHS_SIDECAR):
-        return lines
-    return parse_json_lines(text, str(listing))
-
-
-def _read_row_table(data: bytes, listing: Path) -> list[str]:
-    """The paths of an ``index,path`` table an earlier version wrote, checked row by row.
-
-    Those tables were written with ``surrogateescape`` (a name that is not UTF-8 as its own bytes),
-    so they are read back the same way, and the CSV quoting keeps names with line breaks whole.
-    """
-    rows = csv.reader(io.StringIO(data.decode("utf-8", errors="surrogateescape"), newline=""))
-    try:
-        if next(rows, None) != ["index", "path"]:
-            raise DataError(f"{listing} does not start with cl-zoo's index,path header")
-        paths = []
-        for n, row in enumerate(rows):
-            if len(row) != 2 or row[0] != str(n):
-                raise DataError(f"{listing} row {n + 2} is not '{n},<path>'")
-            paths.append(row[1])
-    except csv.Error as exc:
-        raise DataError(f"{listing} is not a readable CSV table ({exc})") from None
-    return paths
-
-
-def path_listing(embeddings: str | os.PathLike[str]) -> Path:
-    """The sidecar naming the rows of a ``.npy``: ``.paths.jsonl``, else an old ``.paths.txt``, else
-    an old ``index,path`` ``.csv`` (the name returned, when none is there, is ``.paths.jsonl``)."""
-    listing = sidecar(embeddings, PATHS_SIDECAR)
-    if listing.is_file():
-        return listing
-    legacy = sidecar(embeddings, LEGACY_PATHS_SIDECAR)
-    if legacy.is_file():
-        return legacy
-    return old_row_table(embeddings) or listing
 
 
 def save_embeddings(
@@ -292,66 +228,6 @@ def _utf8_encodable(text: str) -> bool:
     return True
 
 
-def read_npy_features(path: str | os.PathLike[str]) -> np.ndarray:
-    """A 2-D float ``.npy`` as float32, its header checked before any data is read.
-
-    The header is only a few bytes of text; trusting it would let a small file ask for an array
-    of 10^14 elements, an object array (pickles) or strings. The check is
-    :func:`cl_zoo.index.source.read_npy_header`'s (shared with ``cl-zoo index``, which reads the
-    same files block by block); then the data is read through a memory map, bounded by the file.
-    """
-    from cl_zoo.index.source import read_npy_header
-
-    header = read_npy_header(path)
-    shape = (header.rows, header.dims)
-    if header.rows * header.dims == 0:
-        return np.zeros(shape, np.float32)
-    try:
-        data = np.memmap(header.path, dtype=header.dtype, mode="r", offset=header.offset, shape=shape,
-                         order="F" if header.fortran else "C")
-        return np.array(data, dtype=np.float32, order="C")
-    except (OSError, ValueError) as exc:
-        raise DataError(f"{header.path} is not a readable .npy file ({exc})") from None
-
-
-def read_metadata(info: str | os.PathLike[str]) -> dict[str, object]:
-    """A ``.meta.json`` sidecar: a JSON object whose recorded fields have their recorded types."""
-    info = Path(info)
-    meta = read_json(info, max_bytes=MAX_EMBEDDINGS_META_BYTES, what="embeddings metadata file")
-    if not isinstance(meta, dict):
-        raise DataError(f"{info} holds a JSON {type(meta).__name__}, not an object")
-    return _checked_metadata(meta, str(info))
-
-
-def _checked_metadata(meta: dict[str, object], where: str) -> dict[str, object]:
-    """Refuse recorded fields of the wrong type, which later steps would trip over."""
-    for key in ("dims", "count"):
-        if key in meta and (isinstance(meta[key], bool) or not isinstance(meta[key], int) or meta[key] < 0):  # type: ignore[operator]
-            raise DataError(f"{where}: {key} must be a non-negative integer, got {meta[key]!r}")
-    for key in ("model", "model_name", "source", "revision", "dtype"):
-        if key in meta and not isinstance(meta[key], str):
-            raise DataError(f"{where}: {key} must be a string, got {type(meta[key]).__name__}")
-    return meta
-
-
-def parquet_metadata(raw: dict[bytes, bytes], path: str | os.PathLike[str]) -> dict[str, object]:
-    """The ``cl_zoo.*`` fields of a Parquet embeddings file's schema metadata, text checked, numbers parsed."""
-    meta: dict[str, object] = {}
-    for k, v in raw.items():
-        if k.startswith(b"cl_zoo."):
-            try:
-                meta[k.decode()[len("cl_zoo."):]] = v.decode()
-            except UnicodeDecodeError:
-                raise DataError(f"{path}: metadata {k!r} is not UTF-8 text") from None
-    for key in ("dims", "count"):  # numbers, as in .meta.json
-        if key in meta:
-            text = str(meta[key]).strip()
-            if not text.isdigit() or not text.isascii():
-                raise DataError(f"{path}: metadata {key} must be a non-negative integer, got {text[:40]!r}")
-            meta[key] = int(text)
-    return meta
-
-
 def _parquet_embeddings(path: Path) -> tuple[np.ndarray, list[str], dict[str, object]]:
     pa = require("pyarrow", f"reading {path.name}")
     import pyarrow.compute as pc
@@ -404,7 +280,7 @@ def _parquet_embeddings(path: Path) -> tuple[np.ndarray, list[str], dict[str, ob
         paths = [str(p) for p in paths_col.to_pylist()]
     except UnicodeDecodeError as exc:
         raise DataError(f"{path}: the 'path' column holds text that is not UTF-8 ({exc.reason})") from None
-    return features, paths, _checked_metadata(meta, str(path))
+    return features, paths, checked_metadata(meta, str(path))
 
 
 def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str], dict[str, object]]:
@@ -416,8 +292,6 @@ def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]
     """
     path = Path(path)
     if path.is_dir():
-        from cl_zoo.embedding.shards import open_shards
-
         return open_shards(path).load()  # checked against its manifest first
     if not path.is_file():
         raise DataError(f"embeddings file does not exist: {path}")
@@ -425,21 +299,12 @@ def load_embeddings(path: str | os.PathLike[str]) -> tuple[np.ndarray, list[str]
         features, paths, meta = _parquet_embeddings(path)
         where = path.name
     elif path.suffix.lower() == ".npy":
-        listing = path_listing(path)
-        if not listing.is_file():
-            raise DataError(f"{path} has no {listing.name} beside it naming its rows")
-        info = sidecar(path, ".meta.json")
-        meta = read_metadata(info) if info.is_file() else {}
-        features = read_npy_features(path)
-        paths = read_path_list(listing)
-        if len(paths) != features.shape[0]:
-            raise DataError(f"{path} has shape {features.shape} but {listing.name} lists {len(paths)} paths")
-        where = info.name
+        rows = read_npy_rows(path)  # the path list, metadata and header, checked against each other
+        features, paths, meta = read_npy_features(rows.header), rows.paths, rows.metadata
+        where = rows.info.name
     else:
         raise DataError(f"{path}: embeddings must be a .npy or .parquet file")
-    for key, actual in (("count", features.shape[0]), ("dims", features.shape[1])):
-        if key in meta and meta[key] != actual and features.shape[0]:
-            raise DataError(f"{where} records {key} {meta[key]} but {path} has {actual}; the files do not belong together")
+    check_recorded_shape(meta, features.shape[0], features.shape[1], where, path)
     bad = ~np.isfinite(features).all(axis=1)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])

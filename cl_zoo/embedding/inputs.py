@@ -39,6 +39,7 @@ from cl_zoo.data import images
 from cl_zoo.data.images import IMAGE_EXTENSIONS, discover_images, is_image_path, is_url, list_extension, parse_path_list
 from cl_zoo.errors import DataError
 from cl_zoo.optional import require, require_url_reader
+from cl_zoo.text import mib as _mib, one_line as _one_line
 
 # One image read through a URL is refused past this size (a failure for that image, not a crash):
 # far above any photo, far below what would hurt a DataLoader worker.
@@ -87,14 +88,6 @@ class Inputs:
     @property
     def is_webdataset(self) -> bool:
         return bool(self.tars)
-
-
-def _one_line(text: object, limit: int = 200) -> str:
-    return " ".join(str(text).split())[:limit]
-
-
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def _reason(exc: BaseException) -> str:

@@ -19,6 +19,11 @@ import zipfile
 from pathlib import Path
 
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import read_json
+
+# The progress folder's manifest (written by cl_zoo.embedding.progress, which imports these).
+PROGRESS_MANIFEST = "manifest.json"
+MAX_PROGRESS_MANIFEST_BYTES = 1 << 16  # ten fields of digests and settings: about 600 bytes
 
 # What progress_manifest() records; a manifest without these keys is not a progress manifest.
 PROGRESS_KEYS = frozenset({"count", "paths_sha256", "model_sha256", "preprocess", "batch_size", "chunk_size"})
@@ -29,9 +34,6 @@ _TEMPORARY = re.compile(r"^\.(?:part-\d{5,}\.npz\.[a-z0-9_]{8}\.npz|manifest\.js
 
 
 def _is_progress_manifest(path: Path) -> bool:
-    from cl_zoo.embedding.progress import MAX_PROGRESS_MANIFEST_BYTES
-    from cl_zoo.fileio import read_json
-
     try:
         data = read_json(path, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")
     except ClZooError:
@@ -49,8 +51,6 @@ def _is_progress_part(path: Path) -> bool:
 
 def _foreign_entry(entry: Path) -> str | None:
     """Why ``entry`` is not something an embed run wrote into its progress folder (None: it is)."""
-    from cl_zoo.embedding.progress import PROGRESS_MANIFEST
-
     if entry.is_symlink():
         return "a symbolic link"
     if not entry.is_file():

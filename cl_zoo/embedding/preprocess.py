@@ -139,8 +139,25 @@ class ImageList(torch.utils.data.Dataset):
 def collate_images(items: list[tuple[int, np.ndarray | None, str]]) -> tuple[list[int], torch.Tensor | None, list[tuple[int, str]]]:
     ok = [(i, a) for i, a, _ in items if a is not None]
     failed = [(i, r) for i, a, r in items if a is None]
-    pixels = torch.from_numpy(np.stack([a for _, a in ok])) if ok else None
+    pixels = stack_pixels([a for _, a in ok]) if ok else None
     return [i for i, _ in ok], pixels, failed
+
+
+def stack_pixels(arrays: Sequence[np.ndarray]) -> torch.Tensor:
+    """One uint8 NHWC batch of same-shaped HWC arrays.
+
+    In a DataLoader worker the batch is stacked straight into shared memory (as torch's own
+    ``default_collate`` does), so handing it to the main process moves a file descriptor instead
+    of copying the batch once more into shared memory on the way out.
+    """
+    shape = (len(arrays), *arrays[0].shape)
+    if torch.utils.data.get_worker_info() is not None:
+        storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))  # uint8: one byte per element
+        out = torch.empty(0, dtype=torch.uint8).set_(storage).view(shape)
+    else:
+        out = torch.empty(shape, dtype=torch.uint8)
+    np.stack(arrays, out=out.numpy())
+    return out
 
 
 def decode_images(paths: Sequence[str], preprocess: Preprocess, workers: int = 0) -> np.ndarray:
@@ -381,5 +398,5 @@ class TarBatches(torch.utils.data.IterableDataset):
 
 def _tar_batch(shard: int, keys: list[str], arrays: list[np.ndarray], failures: list[tuple[str, str]], ordinals: list[int], *,
                last: bool) -> TarBatch:
-    pixels = torch.from_numpy(np.stack(arrays)) if arrays else None
+    pixels = stack_pixels(arrays) if arrays else None
     return shard, keys, pixels, failures, last, ordinals

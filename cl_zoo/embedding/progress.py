@@ -22,15 +22,13 @@ import torch.nn as nn
 from cl_zoo.embedding.engine import (
     model_fingerprint,
 )
-from cl_zoo.embedding.parts import check_progress_folder, discard_progress
+from cl_zoo.embedding.parts import MAX_PROGRESS_MANIFEST_BYTES, PROGRESS_MANIFEST, check_progress_folder, discard_progress
 from cl_zoo.embedding.preprocess import (
     Preprocess,
 )
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.fileio import atomic_path, atomic_write_text, read_json
 
-PROGRESS_MANIFEST = "manifest.json"
-MAX_PROGRESS_MANIFEST_BYTES = 1 << 16  # ten fields of digests and settings: about 600 bytes
 
 
 @dataclass

@@ -57,10 +57,10 @@ def model_metadata(model: nn.Module, spec: str | None) -> dict[str, str]:
     """What produced a set of embeddings, so they can be queried with the same model later.
 
     ``dedup_threshold`` is the model's calibrated near-duplicate similarity (see
-    :mod:`cl_zoo.dedup_calibration`) when its config records one; ``cl-zoo dedup`` defaults to it.
+    :mod:`cl_zoo.index.dedup_calibration`) when its config records one; ``cl-zoo dedup`` defaults to it.
     """
     from cl_zoo import __version__
-    from cl_zoo.dedup_calibration import recorded_threshold
+    from cl_zoo.arrays import recorded_threshold
 
     source = str(getattr(model, "checkpoint_source", "") or "")
     revision = source.rpartition("@")[2] if source.startswith("hf-hub:") and "@" in source else ""

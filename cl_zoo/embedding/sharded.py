@@ -30,6 +30,7 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.embedding.extract import Engine, prepare_engine, run_batches
+from cl_zoo.embedding.options import EngineOptions
 from cl_zoo.embedding.parts import discard_progress
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info, load_chunk, open_progress, save_chunk
 from cl_zoo.embedding.shards import (
@@ -143,7 +144,7 @@ class ShardLayout:
 
 def finished_shard(folder: Path, s: int, fingerprint: str, digest: str) -> bool:
     """Whether shard ``s`` of this run is on disk whole; a shard of another run is an error, not a skip."""
-    from cl_zoo.index.source import read_npy_header
+    from cl_zoo.arrays import read_npy_header
     from cl_zoo.optional import require
 
     pq = require("pyarrow.parquet", "--out DIR/ (sharded embeddings)")
@@ -246,8 +247,7 @@ def complete_manifest(metadata: dict[str, Any], engine: Engine, run: dict[str, A
 
 def shard_record(folder: Path, s: int, layout: ShardLayout) -> ShardRecord:
     """A finished shard's manifest entry, read back from its files (the same for every rank's shards)."""
-    from cl_zoo.index.fingerprint import file_digest
-    from cl_zoo.index.source import read_npy_header
+    from cl_zoo.arrays import file_digest, read_npy_header
 
     rows = read_npy_header(folder / emb_name(s)).rows
     images = len(layout.shard_range(s))
@@ -262,27 +262,29 @@ def embed_to_shards(
     metadata: dict[str, Any],
     shard_images: int | None = None,
     half: bool = False,
-    batch_size: int = 64,
-    device: str | torch.device = "auto",
+    options: EngineOptions | None = None,
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
     workers: int | None = None,
-    precision: str = "auto",
-    backend: str = "auto",
+    precision: str | None = None,
+    backend: str | None = None,
     progress: bool = False,
     resume: bool = False,
     force: bool = False,
     chunk_batches: int | None = None,
-    fuse: bool = True,
+    fuse: bool | None = None,
     max_batches: int | None = None,
     calibration: Sequence[str] | None = None,
     calibration_size: int | None = None,
-    calibration_seed: int = 0,
-    force_int8: bool = False,
+    calibration_seed: int | None = None,
+    force_int8: bool | None = None,
 ) -> ShardRun:
     """Embed ``paths`` (kept in order) into numbered shards in ``out`` plus ``manifest.json``.
 
     ``metadata`` (model reference and fields, inputs) goes into the manifest. Without ``resume``
     a folder already holding shards is an error unless ``force`` (which deletes those files and
-    only those). Under ``torchrun`` every rank calls this with the same arguments; rank 0 writes
+    only those). Engine settings: ``options`` (default :class:`EngineOptions`'s), each keyword given
+    overriding its field. Under ``torchrun`` every rank calls this with the same arguments; rank 0 writes
     the manifest once all shards exist.
     """
     start = time.perf_counter()
@@ -291,11 +293,11 @@ def embed_to_shards(
         raise ClZooError(f"shard size must be at least 1 image, got {shard_images}")
     folder = Path(out)
     rank, world = dist_info()
-    engine = prepare_engine(
-        model, paths, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
-        need_fingerprint=True, calibration=calibration, calibration_size=calibration_size,
-        calibration_seed=calibration_seed, force_int8=force_int8,
-    )
+    opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
+                               fuse=fuse, calibration=calibration, calibration_size=calibration_size,
+                               calibration_seed=calibration_seed, force_int8=force_int8)
+    batch_size = opts.batch_size
+    engine = prepare_engine(model, paths, opts, need_fingerprint=True)
     assert engine.fingerprint is not None
     dims = probe_dims(model, engine.preprocess.crop_size)
     chunk_size = batch_size * (chunk_batches or max(1, 1024 // batch_size))
@@ -351,7 +353,7 @@ def embed_to_shards(
     todo = [k for s in mine for k in layout.chunks_of(s) if k not in done[s]]
     computed = run_batches(
         model, engine, paths, layout.batches(todo, batch_size), layout.chunk_of, on_chunk,
-        workers=engine.workers, fuse=fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
+        workers=engine.workers, fuse=opts.fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
     )
     barrier(world)
     records = [shard_record(folder, s, layout) for s in range(layout.shards)] if rank == 0 else []

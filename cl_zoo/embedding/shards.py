@@ -34,10 +34,12 @@ from typing import Any
 
 import numpy as np
 
+from cl_zoo.arrays import file_digest, read_npy_header
 from cl_zoo.embedding.checks import NonFiniteFeatureError, display_path
 from cl_zoo.embedding.progress import Chunk
-from cl_zoo.errors import DataError
-from cl_zoo.fileio import atomic_path, atomic_write_text, read_json
+from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import atomic_path, atomic_write_text, read_head, read_json
+from cl_zoo.optional import require
 
 SHARD_FORMAT = "cl-zoo-embedding-shards"
 SHARD_FORMAT_VERSION = 1
@@ -87,8 +89,6 @@ def named_like_ours(folder: Path) -> list[Path]:
 
 
 def _is_our_manifest(path: Path) -> bool:
-    from cl_zoo.errors import ClZooError
-
     try:
         manifest = read_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
     except ClZooError:
@@ -98,9 +98,6 @@ def _is_our_manifest(path: Path) -> bool:
 
 def _not_ours(path: Path) -> str | None:
     """Why ``path`` (named like a shard file) is not one a sharded run wrote; None when it is."""
-    from cl_zoo.fileio import read_head
-    from cl_zoo.index.source import read_npy_header
-
     if path.is_symlink():
         return "a symbolic link"
     if path.is_dir():
@@ -155,7 +152,7 @@ class ShardRecord:
     images: int  # input images covered (rows + failures)
     failures: int
     first_id: int  # id of the shard's first input image
-    digest: str  # edge digest of the emb file (cl_zoo.index.fingerprint.file_digest)
+    digest: str  # edge digest of the emb file (cl_zoo.arrays.file_digest)
     source: str = ""  # the WebDataset tar it came from, if any
 
     def as_json(self) -> dict[str, Any]:
@@ -184,8 +181,6 @@ def write_shard(
     then the failures, then ``meta``: a shard counts as finished once its ``meta`` table exists,
     and every file is renamed into place whole.
     """
-    from cl_zoo.index.fingerprint import file_digest
-
     dtype = np.dtype(np.float16 if half else np.float32)
     rows = sum(len(c.indices) for c in chunks())
     emb = folder / emb_name(index)
@@ -224,8 +219,6 @@ def write_failure_rows(path: Path, failures: Sequence[tuple[str, str]]) -> None:
 
 def _write_meta(path: Path, chunks: Callable[[], Iterable[Chunk]], ref_of: Callable[[int], str], fingerprint: str, index: int, first_id: int,
                 run_digest: str, failures: int) -> None:
-    from cl_zoo.optional import require
-
     pa = require("pyarrow", "--out DIR/ (sharded embeddings)")
     import pyarrow.parquet as pq
 
@@ -254,8 +247,6 @@ def _utf8(text: str) -> bool:
 
 def shard_meta_fingerprint(path: Path) -> tuple[int, str, int]:
     """(rows, model fingerprint, shard number) from a ``meta`` table's footer, without reading its rows."""
-    from cl_zoo.optional import require
-
     pq = require("pyarrow.parquet", "--out DIR/ (sharded embeddings)")
 
     try:
@@ -317,8 +308,6 @@ class ShardSet:
 
     def paths(self) -> list[str]:
         """Every row's path, in row order (the ``path`` columns only: no features are read)."""
-        from cl_zoo.optional import require
-
         pq = require("pyarrow.parquet", "--out DIR/ (sharded embeddings)")
 
         out: list[str] = []
@@ -332,8 +321,6 @@ class ShardSet:
 
     def blocks(self, block_rows: int = 65_536) -> Iterator[tuple[int, np.ndarray]]:
         """``(first row, float32 block)`` in order, read through short-lived maps (never all at once)."""
-        from cl_zoo.index.source import read_npy_header
-
         start = 0
         for path in self.emb_files:
             header = read_npy_header(path)
@@ -374,9 +361,6 @@ def _int_field(record: dict[str, Any], key: str, where: str) -> int:
 
 def open_shards(folder: str | os.PathLike[str]) -> ShardSet:
     """Check a shard folder against its manifest before a single row is used; one error line if off."""
-    from cl_zoo.index.fingerprint import file_digest
-    from cl_zoo.index.source import read_npy_header
-
     folder = Path(folder)
     manifest = read_manifest(folder)
     where = str(folder / MANIFEST_NAME)

@@ -23,8 +23,9 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.embedding.checks import check_finite
-from cl_zoo.embedding.extract import BatchForward, Engine, FeatureResult, prepare_engine
-from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY, TarBatches, parse_image_key
+from cl_zoo.embedding.extract import BatchForward, Engine, FeatureResult, overlapped, prepare_engine
+from cl_zoo.embedding.options import EngineOptions
+from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY, TarBatch, TarBatches, parse_image_key
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info
 from cl_zoo.embedding.sharded import ShardRun, abandon_empty_run, complete_manifest, finished_shard, open_output_folder, probe_dims, run_digest
 from cl_zoo.embedding.shards import (
@@ -76,70 +77,78 @@ def run_tar_batches(
     pending: dict[int, tuple[list[np.ndarray], list[int], dict[int, str], list[str]]] = {}
     bar = tqdm(total=None, unit="img", disable=None if progress else True, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
     computed = 0
+
+    def finish(batch: TarBatch, features: np.ndarray) -> None:
+        nonlocal computed
+        t, keys, _, failures, last, ordinals = batch
+        feats, ids, refs, reasons = pending.setdefault(t, ([], [], {}, []))
+        if keys:
+            check_finite(features, [sample_ref(url[t], k) for k in keys], model, engine.precision)
+            feats.append(features)
+            ids += ordinals
+            refs.update((o, sample_ref(url[t], k)) for o, k in zip(ordinals, keys))
+        for key, reason in failures:
+            refs[FAILURE_IDS + len(reasons)] = sample_ref(url[t], key)
+            reasons.append(reason)
+        computed += len(keys)
+        bar.update(len(keys) + len(failures))
+        if last:
+            feats, ids, refs, reasons = pending.pop(t)
+            dim = feats[0].shape[1] if feats else 0
+            chunk = Chunk(
+                features=np.concatenate(feats).astype(np.float32, copy=False) if feats else np.zeros((0, dim), np.float32),
+                indices=np.asarray(ids, dtype=np.int64),
+                fail_indices=np.arange(FAILURE_IDS, FAILURE_IDS + len(reasons), dtype=np.int64),
+                fail_reasons=reasons,
+            )
+            on_tar(t, chunk, refs)
+
     try:
         with forward.context():
-            for n, (t, keys, pixels, failures, last, ordinals) in enumerate(loader):
-                if max_batches is not None and n >= max_batches:
-                    raise KeyboardInterrupt(f"stopped after {max_batches} batches")
-                feats, ids, refs, reasons = pending.setdefault(t, ([], [], {}, []))
-                if keys:
-                    batch = forward(pixels)
-                    check_finite(batch, [sample_ref(url[t], k) for k in keys], model, engine.precision)
-                    feats.append(batch)
-                    ids += ordinals
-                    refs.update((o, sample_ref(url[t], k)) for o, k in zip(ordinals, keys))
-                for key, reason in failures:
-                    refs[FAILURE_IDS + len(reasons)] = sample_ref(url[t], key)
-                    reasons.append(reason)
-                computed += len(keys)
-                bar.update(len(keys) + len(failures))
-                if last:
-                    feats, ids, refs, reasons = pending.pop(t)
-                    dim = feats[0].shape[1] if feats else 0
-                    chunk = Chunk(
-                        features=np.concatenate(feats).astype(np.float32, copy=False) if feats else np.zeros((0, dim), np.float32),
-                        indices=np.asarray(ids, dtype=np.int64),
-                        fail_indices=np.arange(FAILURE_IDS, FAILURE_IDS + len(reasons), dtype=np.int64),
-                        fail_reasons=reasons,
-                    )
-                    on_tar(t, chunk, refs)
+            overlapped(loader, forward, lambda batch: batch[2] if batch[1] else None, finish, max_batches)
     finally:
         bar.close()
     return computed
 
 
-def tar_engine(model: nn.Module, tars: Sequence[str], *, calibration: Sequence[str] | None, precision: str, **options: Any) -> Engine:
-    if precision == "int8" and not calibration:
+def tar_engine(model: nn.Module, tars: Sequence[str], options: EngineOptions) -> Engine:
+    if options.precision == "int8" and not options.calibration:
         raise ClZooError("--precision int8 with WebDataset shards needs --calibration images (files or folders) to quantize on")
-    return prepare_engine(model, list(calibration or []), precision=precision, calibration=calibration, need_fingerprint=True,
-                          images=len(tars) * 1000, **options)
+    return prepare_engine(model, list(options.calibration or []), options, need_fingerprint=True, images=len(tars) * 1000)
 
 
 def extract_tar_features(
     model: nn.Module,
     tars: Sequence[str],
     *,
+    options: EngineOptions | None = None,
     image_key: str = DEFAULT_IMAGE_KEY,
-    batch_size: int = 64,
-    device: str | torch.device = "auto",
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
     workers: int | None = None,
-    precision: str = "auto",
-    backend: str = "auto",
+    precision: str | None = None,
+    backend: str | None = None,
     progress: bool = False,
-    fuse: bool = True,
+    fuse: bool | None = None,
     max_batches: int | None = None,
     calibration: Sequence[str] | None = None,
-    calibration_seed: int = 0,
-    force_int8: bool = False,
+    calibration_size: int | None = None,
+    calibration_seed: int | None = None,
+    force_int8: bool | None = None,
 ) -> FeatureResult:
-    """Every sample of ``tars`` in memory, in tar order (for a single-file output)."""
+    """Every sample of ``tars`` in memory, in tar order (for a single-file output).
+
+    Engine settings: ``options`` (default :class:`EngineOptions`'s), each keyword given overriding its field.
+    """
     start = time.perf_counter()
     parse_image_key(image_key)
-    engine = tar_engine(model, tars, calibration=calibration, precision=precision, batch_size=batch_size, device=device,
-                        workers=workers, backend=backend, calibration_seed=calibration_seed, force_int8=force_int8)
+    opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
+                               fuse=fuse, calibration=calibration, calibration_size=calibration_size,
+                               calibration_seed=calibration_seed, force_int8=force_int8)
+    engine = tar_engine(model, tars, opts)
     done: dict[int, tuple[Chunk, dict[int, str]]] = {}
     computed = run_tar_batches(model, engine, list(enumerate(tars)), lambda t, c, r: done.__setitem__(t, (c, r)),
-                               batch_size=batch_size, image_key=image_key, fuse=fuse, max_batches=max_batches, progress=progress)
+                               batch_size=opts.batch_size, image_key=image_key, fuse=opts.fuse, max_batches=max_batches, progress=progress)
     ordered = [done[t] for t in range(len(tars))]
     dims = {c.features.shape[1] for c, _ in ordered if len(c.indices)}
     dim = dims.pop() if dims else 0
@@ -163,28 +172,36 @@ def embed_tars_to_shards(
     metadata: dict[str, Any],
     image_key: str = DEFAULT_IMAGE_KEY,
     half: bool = False,
-    batch_size: int = 64,
-    device: str | torch.device = "auto",
+    options: EngineOptions | None = None,
+    batch_size: int | None = None,
+    device: str | torch.device | None = None,
     workers: int | None = None,
-    precision: str = "auto",
-    backend: str = "auto",
+    precision: str | None = None,
+    backend: str | None = None,
     progress: bool = False,
     resume: bool = False,
     force: bool = False,
-    fuse: bool = True,
+    fuse: bool | None = None,
     max_batches: int | None = None,
     calibration: Sequence[str] | None = None,
-    calibration_seed: int = 0,
-    force_int8: bool = False,
+    calibration_size: int | None = None,
+    calibration_seed: int | None = None,
+    force_int8: bool | None = None,
 ) -> ShardRun:
-    """One output shard per input tar, in ``out``, plus ``manifest.json``; see the module docstring."""
+    """One output shard per input tar, in ``out``, plus ``manifest.json``; see the module docstring.
+
+    Engine settings: ``options`` (default :class:`EngineOptions`'s), each keyword given overriding its field.
+    """
     start = time.perf_counter()
     tars = [os.fspath(t) for t in tars]
     parse_image_key(image_key)
     folder = Path(out)
     rank, world = dist_info()
-    engine = tar_engine(model, tars, calibration=calibration, precision=precision, batch_size=batch_size, device=device,
-                        workers=workers, backend=backend, calibration_seed=calibration_seed, force_int8=force_int8)
+    opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
+                               fuse=fuse, calibration=calibration, calibration_size=calibration_size,
+                               calibration_seed=calibration_seed, force_int8=force_int8)
+    batch_size = opts.batch_size
+    engine = tar_engine(model, tars, opts)
     assert engine.fingerprint is not None
     dims = probe_dims(model, engine.preprocess.crop_size)
     run = engine.progress_manifest(model, tars, batch_size, 0)
@@ -198,13 +215,12 @@ def embed_tars_to_shards(
         write_shard(folder, t, lambda: [chunk], refs.__getitem__, dims=dims, half=half, fingerprint=engine.fingerprint or "",
                     first_id=0, run_digest=digest, source=tars[t])
 
-    computed = run_tar_batches(model, engine, mine, on_tar, batch_size=batch_size, image_key=image_key, fuse=fuse,
+    computed = run_tar_batches(model, engine, mine, on_tar, batch_size=batch_size, image_key=image_key, fuse=opts.fuse,
                                max_batches=max_batches, progress=progress and rank == 0)
     barrier(world)
     records: list[ShardRecord] = []
     if rank == 0:
-        from cl_zoo.index.fingerprint import file_digest
-        from cl_zoo.index.source import read_npy_header
+        from cl_zoo.arrays import file_digest, read_npy_header
         from cl_zoo.optional import require
 
         pq = require("pyarrow.parquet", "reading WebDataset tar shards", extra="remote")

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import os
 import types
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -45,12 +45,13 @@ import torch.nn as nn
 from PIL import Image
 from torchvision import transforms
 
+from cl_zoo.checkpoint.checks import validate_pretrained_cfg
+from cl_zoo.checkpoint.folder import config_pretrained_cfg, read_config
 from cl_zoo.data.images import to_rgb
+from cl_zoo.embedding.preprocess import Preprocess
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.registry import PretrainedCfg
-
-if TYPE_CHECKING:
-    from cl_zoo.embedding.preprocess import Preprocess
+from cl_zoo.factory import load_pretrained
+from cl_zoo.registry import PretrainedCfg, find_arch, find_pretrained
 
 # The keys of timm's data config (timm/data/config.py resolve_data_config), in its order.
 DATA_KEYS: tuple[str, ...] = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
@@ -166,8 +167,6 @@ def pil_images(obj: Any, what: str = "image") -> list[Image.Image]:
 
 def _source_cfg(spec: Any) -> Mapping[str, Any]:
     """The pretrained config of a model, a registered name, a checkpoint, or a config itself."""
-    from cl_zoo.registry import find_arch, find_pretrained
-
     if isinstance(spec, (PretrainedCfg, Mapping)):
         return spec
     if isinstance(spec, nn.Module):
@@ -185,11 +184,7 @@ def _source_cfg(spec: Any) -> Mapping[str, Any]:
         if (arch := find_arch(text)) is not None:
             return arch.default_cfg
         if os.path.isdir(text):
-            from cl_zoo.checkpoint.folder import config_pretrained_cfg, read_config
-
             return config_pretrained_cfg(read_config(text))
-        from cl_zoo.checkpoint.hub import load_pretrained
-
         return load_pretrained(text).pretrained_cfg  # hf-hub ids and weights files; unknown names raise
     raise ClZooError(
         f"cannot read a data config from a {type(spec).__name__}; pass a model, a registered name, "
@@ -230,8 +225,6 @@ def resolve_data_config(model_or_name: Any, **overrides: Any) -> dict[str, Any]:
 
 def _check(config: Mapping[str, Any]) -> PretrainedCfg:
     """The config as a PretrainedCfg, validated by the rules a checkpoint's config.json obeys."""
-    from cl_zoo.checkpoint.checks import validate_pretrained_cfg
-
     if config["crop_mode"] != "center":
         raise DataConfigError(
             f"crop_mode={config['crop_mode']!r}: cl-zoo preprocesses with a centre crop of the resized image "
@@ -303,9 +296,6 @@ class ToNormalizedTensor:
 
 
 def _preprocess_of(spec: Any) -> Preprocess:
-    # Imported here: cl_zoo.embedding imports this module (in-memory inputs of cl_zoo.embed).
-    from cl_zoo.embedding.preprocess import Preprocess
-
     if isinstance(spec, nn.Module) and isinstance(getattr(spec, "pretrained_cfg", None), PretrainedCfg):
         return Preprocess.from_model(spec)  # the very call the embedding loop makes
     cfg = _check(resolve_data_config(spec))

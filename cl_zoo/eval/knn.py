@@ -40,7 +40,7 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 
 
 def _faiss_index(dim: int, metric: str, use_gpu: bool):  # noqa: ANN202 - faiss has no type stubs
-    from cl_zoo.search import require_faiss
+    from cl_zoo.index.search import require_faiss
 
     faiss = require_faiss("kNN classification (cl-zoo knn)")
 

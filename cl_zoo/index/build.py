@@ -35,7 +35,7 @@ from cl_zoo.index.memory import format_bytes, peak_rss_bytes
 from cl_zoo.index.plan import MIN_POINTS_PER_LIST, IndexPlan, choose_index, plan_nlist
 from cl_zoo.index.sidecar import IndexInfo, sidecar_path
 from cl_zoo.index.source import DEFAULT_BLOCK_ROWS, EmbeddingSource, open_source
-from cl_zoo.search import require_faiss
+from cl_zoo.index.search import require_faiss
 
 EVAL_QUERIES = 1_000
 # PQ codebooks have 256 centroids per sub-quantizer; k-means wants 39 points per centroid.

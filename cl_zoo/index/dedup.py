@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from cl_zoo.index.source import EmbeddingSource
-from cl_zoo.search import normalize, require_faiss
+from cl_zoo.index.search import normalize, require_faiss
 
 PQ_MARGIN = 0.05
 _BLOCK = 4096

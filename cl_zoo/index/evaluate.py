@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from cl_zoo.index.source import DEFAULT_BLOCK_ROWS, EmbeddingSource
-from cl_zoo.search import require_faiss
+from cl_zoo.index.search import require_faiss
 
 RECALL_K = 10
 TARGET_RECALL = 0.9

@@ -8,7 +8,7 @@ defence against deliberate tampering; it catches "index built from other embeddi
 
 For a shard folder written by ``cl-zoo embed --out DIR/`` the files are the ``emb`` shards its
 ``manifest.json`` lists, in order, and the manifest's model fields count once. The manifest's own
-per-shard ``digest`` is this module's :func:`file_digest` (shards are checked against it before an
+per-shard ``digest`` is :func:`cl_zoo.arrays.file_digest`, which this module uses too (shards are checked against it before an
 index is built or used, see :func:`cl_zoo.embedding.shards.open_shards`), and a shard made by
 another model is refused there by its model fingerprint, so the two checks agree on what "the
 same embeddings" means.
@@ -22,37 +22,19 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from cl_zoo.embedding import sidecar
+from cl_zoo.arrays import EDGE_BYTES, file_digest, sidecar  # noqa: F401 - EDGE_BYTES, file_digest: re-exported
 from cl_zoo.embedding.shards import MANIFEST_NAME
 from cl_zoo.errors import ClZooError
-from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, read_json
+from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, read_bounded_json
 
-EDGE_BYTES = 1 << 20
 MODEL_FIELDS = ("model", "model_name", "revision")
 MANIFEST = MANIFEST_NAME
-
-
-def file_digest(path: str | os.PathLike[str], edge: int = EDGE_BYTES) -> str:
-    """sha256 over a file's size and its first and last ``edge`` bytes.
-
-    Also what a shard manifest records per shard; changing it would make every manifest's digests
-    disagree with their shards.
-    """
-    path = Path(path)
-    size = path.stat().st_size
-    h = hashlib.sha256(str(size).encode())
-    with open(path, "rb") as fh:
-        h.update(fh.read(edge))
-        if size > edge:
-            fh.seek(max(edge, size - edge))
-            h.update(fh.read(edge))
-    return h.hexdigest()
 
 
 def model_fields(meta_file: Path) -> dict[str, str]:
     """The model fields of a ``.meta.json`` / ``manifest.json``; {} when absent or unreadable."""
     try:
-        meta = read_json(meta_file, max_bytes=MAX_EMBEDDINGS_META_BYTES, what="embeddings metadata file")
+        meta = read_bounded_json(meta_file, MAX_EMBEDDINGS_META_BYTES, "embeddings metadata file")
     except ClZooError:
         return {}
     return {k: str(meta[k]) for k in MODEL_FIELDS if isinstance(meta, dict) and k in meta}

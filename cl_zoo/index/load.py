@@ -24,7 +24,7 @@ from cl_zoo.index.evaluate import apply_params
 from cl_zoo.index.fingerprint import embeddings_fingerprint, file_digest
 from cl_zoo.index.sidecar import IndexInfo, read_info, sidecar_path
 from cl_zoo.index.source import EmbeddingSource, open_source
-from cl_zoo.search import (
+from cl_zoo.index.search import (
     MAX_EF_SEARCH,
     inverted_lists_problem,
     load_index,

@@ -11,8 +11,8 @@ import os
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 
-from cl_zoo.errors import DataError
-from cl_zoo.fileio import read_json
+from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import read_bounded_json
 
 FORMAT = "cl-zoo-index/1"
 _MAX_BYTES = 1 << 20
@@ -54,13 +54,23 @@ def sidecar_path(index_path: str | os.PathLike[str]) -> Path:
     return index_path.with_name(index_path.name + ".json")
 
 
+def is_index_description(path: Path) -> bool:
+    """Whether ``path`` is an index description cl-zoo wrote, the only file ``cl-zoo index`` replaces
+    beside its output (anything else there, or an unreadable file, is the user's)."""
+    try:
+        data = read_bounded_json(path, _MAX_BYTES, "index description")
+    except ClZooError:
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
+
+
 def read_info(index_path: str | os.PathLike[str]) -> IndexInfo | None:
     """The sidecar of ``index_path``, or None when there is none (an index from ``--save-index``)."""
     path = sidecar_path(index_path)
     if not path.is_file():
         return None
     try:
-        data = read_json(path, max_bytes=_MAX_BYTES, what="index description")
+        data = read_bounded_json(path, _MAX_BYTES, "index description")
     except DataError as exc:
         raise DataError(f"{exc}; rebuild the index with cl-zoo index") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
@@ -78,4 +88,4 @@ def read_info(index_path: str | os.PathLike[str]) -> IndexInfo | None:
     return IndexInfo(**values)
 
 
-__all__ = ["FORMAT", "IndexInfo", "read_info", "sidecar_path"]
+__all__ = ["FORMAT", "IndexInfo", "is_index_description", "read_info", "sidecar_path"]

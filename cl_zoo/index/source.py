@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,81 +30,25 @@ from typing import Any
 
 import numpy as np
 
-from cl_zoo.embedding.files import path_listing, read_metadata, read_path_list, sidecar
+# The .npy / path list / metadata readers are below both this package and embedding/ (cl_zoo.arrays);
+# NpyFile, read_npy_header and check_recorded_shape are re-exported here, their old home.
+from cl_zoo.arrays import (  # noqa: F401 - re-exported
+    NpyFile,
+    check_recorded_shape,
+    normalize,
+    parquet_metadata,
+    read_npy_header,
+    read_npy_rows,
+)
+# A folder of shards with a manifest, and a parquet file read whole, are embedding's own outputs
+# and readers.
+from cl_zoo.embedding.files import load_embeddings
 from cl_zoo.embedding.shards import MANIFEST_NAME, ShardSet, open_shards
 from cl_zoo.errors import DataError
-from cl_zoo.search import normalize
+from cl_zoo.optional import require
 
 SHARD_PATTERN = re.compile(r"^emb_(\d+)\.npy$")
 DEFAULT_BLOCK_ROWS = 65_536
-
-
-@dataclass(frozen=True)
-class NpyFile:
-    """One checked ``.npy`` file: where its rows start and how they are laid out."""
-
-    path: Path
-    rows: int
-    dims: int
-    dtype: np.dtype
-    offset: int  # bytes before the first value
-    fortran: bool
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        """Rows ``start:stop`` as float32, through a map of this file closed before returning."""
-        data = np.load(self.path, mmap_mode="r", allow_pickle=False)
-        try:
-            return np.array(data[start:stop], dtype=np.float32, order="C")
-        finally:
-            del data  # unmaps: the pages read stop counting as this process's memory
-
-    def take(self, rows: np.ndarray) -> np.ndarray:
-        """The given (sorted) rows as float32."""
-        data = np.load(self.path, mmap_mode="r", allow_pickle=False)
-        try:
-            return np.array(data[rows], dtype=np.float32, order="C")
-        finally:
-            del data
-
-
-def read_npy_header(path: str | os.PathLike[str]) -> NpyFile:
-    """Check a ``.npy`` header against the file before reading a single value.
-
-    The header is a few bytes of text; trusting it would let a truncated or damaged file fail
-    half-way through a long build, or map an object array. So: float dtype, two non-negative
-    sizes, and the file exactly as long as the header says.
-    """
-    path = Path(path)
-    fmt = np.lib.format
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as fh, warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
-            major, _ = fmt.read_magic(fh)
-            if major == 1:
-                shape, fortran, dtype = fmt.read_array_header_1_0(fh)
-            elif major in (2, 3):
-                shape, fortran, dtype = fmt.read_array_header_2_0(fh)
-            else:
-                raise ValueError(f"unsupported .npy format version {major}")
-            offset = fh.tell()
-    except FileNotFoundError:
-        raise DataError(f"embeddings file does not exist: {path}") from None
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except Exception as exc:  # noqa: BLE001 - numpy raises ValueError, SyntaxError, EOFError... on bad headers
-        raise DataError(f"{path} is not a readable .npy file ({' '.join(str(exc).split())[:160]})") from None
-    if dtype.kind != "f" or dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
-        raise DataError(f"{path} holds {dtype} values, not floating-point embeddings")
-    if len(shape) != 2 or any(not isinstance(n, int) or n < 0 for n in shape):
-        raise DataError(f"{path} has shape {shape}; embeddings are a 2-D array (rows x dims)")
-    if shape[0] and not shape[1]:  # every reader (index, search, dedup, load_embeddings) meets this check
-        raise DataError(f"{path} holds {shape[0]} rows of 0 dims: no embeddings; re-embed with cl-zoo embed")
-    expected = offset + shape[0] * shape[1] * dtype.itemsize
-    if expected != size:
-        what = "truncated" if size < expected else "longer than its header says"
-        raise DataError(f"{path} is {what}: {size} bytes, but its header describes a {shape[0]}x{shape[1]} {dtype} array ({expected} bytes)")
-    return NpyFile(path, int(shape[0]), int(shape[1]), dtype, offset, bool(fortran))
 
 
 def shard_files(folder: str | os.PathLike[str]) -> list[Path]:
@@ -262,24 +205,9 @@ def open_rows(embeddings: str | os.PathLike[str]) -> SavedRows:
         return parquet_rows(location)
     if suffix != ".npy":
         raise DataError(f"{location}: embeddings must be a .npy or .parquet file, or a folder written by cl-zoo embed --out DIR/")
-    listing = path_listing(location)
-    if not listing.is_file():
-        raise DataError(f"{location} has no {listing.name} beside it naming its rows")
-    info = sidecar(location, ".meta.json")
-    meta = read_metadata(info) if info.is_file() else {}
-    source = open_source(location)
-    paths = read_path_list(listing)
-    if len(paths) != source.rows:
-        raise DataError(f"{location} has shape ({source.rows}, {source.dims}) but {listing.name} lists {len(paths)} paths")
-    check_recorded_shape(meta, source.rows, source.dims, info.name, location)
-    return SavedRows(location, paths, meta, source.rows, source.dims, source)
-
-
-def check_recorded_shape(meta: dict[str, object], rows: int, dims: int, where: str, location: Path) -> None:
-    """Refuse metadata recording another count or dims than the data: the files do not belong together."""
-    for key, actual in (("count", rows), ("dims", dims)):
-        if key in meta and meta[key] != actual and rows:
-            raise DataError(f"{where} records {key} {meta[key]} but {location} has {actual}; the files do not belong together")
+    rows = read_npy_rows(location)  # the reader cl_zoo.embedding.load_embeddings uses, values left on disk
+    source = open_source(location)  # the same header, as a source to stream (refusing an empty one)
+    return SavedRows(location, rows.paths, rows.metadata, source.rows, source.dims, source)
 
 
 def parquet_rows(path: Path) -> SavedRows:
@@ -288,8 +216,6 @@ def parquet_rows(path: Path) -> SavedRows:
     Dims come from the column type (a fixed-size list, as ``cl-zoo embed`` writes) or the recorded
     ``dims``; a file recording neither is read whole by :func:`cl_zoo.embedding.load_embeddings`.
     """
-    from cl_zoo.optional import require
-
     pa = require("pyarrow", f"reading {path.name}")
     import pyarrow.parquet as pq
 
@@ -305,8 +231,6 @@ def parquet_rows(path: Path) -> SavedRows:
         raise
     except Exception as exc:  # noqa: BLE001 - any parse failure (ArrowInvalid, OSError, MemoryError...) is a bad file
         raise DataError(f"{path} is not a readable parquet file ({' '.join(str(exc).split())[:160]})") from None
-    from cl_zoo.embedding.files import parquet_metadata
-
     meta: dict[str, Any] = parquet_metadata(raw, path)
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         raise DataError(f"{path}: the 'path' column holds {column.type}, not strings")
@@ -317,8 +241,6 @@ def parquet_rows(path: Path) -> SavedRows:
     elif "dims" in meta:
         dims = int(meta["dims"])
     else:
-        from cl_zoo.embedding import load_embeddings
-
         features, paths, whole = load_embeddings(path)
         return SavedRows(path, paths, whole, len(paths), int(features.shape[1]), None)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from cl_zoo.registry import CIFAR10_MEAN, CIFAR10_STD, PretrainedCfg, register_model
+from cl_zoo.registry import register_model
 
 
 def _conv_block(cin: int, cout: int, pool: bool) -> nn.Sequential:
@@ -65,9 +65,7 @@ class SmallAlexNet(nn.Module):
         return self.forward_features(x)
 
 
-@register_model(
-    default_cfg=PretrainedCfg(mean=CIFAR10_MEAN, std=CIFAR10_STD, input_size=(3, 32, 32), crop_pct=1.0)
-)
+@register_model  # declared, with its config, in cl_zoo/models/archs.py
 def alexnet_cifar(**kwargs: object) -> SmallAlexNet:
     """Small AlexNet for 32x32 inputs (4096-d fc7 features)."""
     return SmallAlexNet(**kwargs)  # type: ignore[arg-type]

@@ -18,10 +18,7 @@ import torch.nn as nn
 from cl_zoo.models.alexnet import SmallAlexNet
 from cl_zoo.models.resnet import ResNet
 from cl_zoo.ops.color import normalize_lab, rgb_to_lab
-from cl_zoo.registry import PretrainedCfg, register_model
-
-_RGB01 = dict(mean=(0.0, 0.0, 0.0), std=(1.0, 1.0, 1.0))
-
+from cl_zoo.registry import register_model
 
 def normalized_lab(rgb: torch.Tensor) -> torch.Tensor:
     """RGB [0, 1] -> Lab ``[B, 3, H, W]`` scaled to about [-1, 1] (float32 inputs; autocast still applies)."""
@@ -110,42 +107,41 @@ def _resnet_pair(depth: int, width: float, stem: str) -> CMCDualEncoder:
     )
 
 
-_IMAGENET_LAB = PretrainedCfg(input_size=(3, 224, 224), crop_pct=0.875, **_RGB01)
-_CIFAR_LAB = PretrainedCfg(input_size=(3, 32, 32), crop_pct=1.0, **_RGB01)
+# The builders below are declared, with their configs and sizes, in cl_zoo/models/archs.py.
 
 
-@register_model(default_cfg=_IMAGENET_LAB)
+@register_model
 def cmc_resnet50x05_lab(width: float = 0.5) -> CMCDualEncoder:
     """CMC L+ab, ResNet-50 at width 0.5 per view (2048-d, ~12M parameters)."""
     return _resnet_pair(50, width, "imagenet")
 
 
-@register_model(default_cfg=_IMAGENET_LAB)
+@register_model
 def cmc_resnet50x1_lab(width: float = 1.0) -> CMCDualEncoder:
     """CMC L+ab, ResNet-50 at width 1 per view (4096-d)."""
     return _resnet_pair(50, width, "imagenet")
 
 
-@register_model(default_cfg=_IMAGENET_LAB)
+@register_model
 def cmc_resnet50x2_lab(width: float = 2.0) -> CMCDualEncoder:
     """CMC L+ab, ResNet-50 at width 2 per view (8192-d)."""
     return _resnet_pair(50, width, "imagenet")
 
 
-@register_model(default_cfg=_IMAGENET_LAB)
+@register_model
 def cmc_resnet18_lab(width: float = 0.71) -> CMCDualEncoder:
     """CMC L+ab with ImageNet-stem ResNet-18s; width 0.71 makes the pair 11.32M parameters, the
     nearest to one ResNet-18 (11.18M without fc; 0.70 gives 10.96M), so CMC competes at equal size."""
     return _resnet_pair(18, width, "imagenet")
 
 
-@register_model(default_cfg=_CIFAR_LAB)
+@register_model
 def cmc_resnet18_cifar_lab(width: float = 0.75) -> CMCDualEncoder:
     """CMC L+ab with CIFAR-stem ResNet-18s; width 0.75 keeps both near one ResNet-18 (~12.6M)."""
     return _resnet_pair(18, width, "cifar")
 
 
-@register_model(default_cfg=_CIFAR_LAB)
+@register_model
 def cmc_alexnet_cifar_lab() -> CMCDualEncoder:
     """CMC L+ab with the two halves of the small AlexNet (CMC Table 10 / Wang & Isola)."""
     return CMCDualEncoder(SmallAlexNet(in_chans=1, width=0.5), SmallAlexNet(in_chans=2, width=0.5))

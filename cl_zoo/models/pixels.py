@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from cl_zoo.registry import CIFAR10_MEAN, CIFAR10_STD, PretrainedCfg, register_model
+from cl_zoo.registry import register_model
 
 
 class Pixels(nn.Module):
@@ -27,9 +27,7 @@ class Pixels(nn.Module):
         return self.forward_features(x)
 
 
-@register_model(
-    default_cfg=PretrainedCfg(mean=CIFAR10_MEAN, std=CIFAR10_STD, input_size=(3, 32, 32), crop_pct=1.0)
-)
+@register_model  # declared, with its config, in cl_zoo/models/archs.py
 def pixels(**kwargs: object) -> Pixels:
     """Identity "model": flattened pixels at the configured input size (3072-d at 32x32)."""
     return Pixels(**kwargs)  # type: ignore[arg-type]

@@ -11,9 +11,8 @@ a Hub commit before it exists: the digests are the pin.
 
 from __future__ import annotations
 
-from cl_zoo.checkpoint.card import PAPERS
-from cl_zoo.checkpoint.hub import ZOO_NAMESPACE
-from cl_zoo.registry import IMAGENET_MEAN, IMAGENET_STD, PretrainedCfg, register_pretrained
+from cl_zoo.constants import IMAGENET_MEAN, IMAGENET_STD, PAPERS
+from cl_zoo.registry import ZOO_NAMESPACE, PretrainedCfg, register_pretrained
 
 
 def _cpu_tier(

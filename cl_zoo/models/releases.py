@@ -33,7 +33,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping, Union
 
-from cl_zoo.registry import PretrainedCfg, register_pretrained
+from cl_zoo.registry import PretrainedCfg, get_arch, register_pretrained
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,10 @@ class UrlSource:
 
 
 Source = Union[HubSource, UrlSource]
+
+# The publishers' checkpoint layouts cl_zoo.convert.readers reads (``cl-zoo import FORMAT``); here,
+# torch-free, so the command's --help lists them without importing the readers.
+FORMATS = ("jcl", "cmc", "cacr", "moco", "lightly")
 
 
 @dataclass(frozen=True)
@@ -164,8 +168,6 @@ MIRRORS: dict[str, Mirror] = {}
 
 def _register(release: Release, *, method: str, paper: str, epochs: int, license: str, notes: str,
               mean: tuple[float, float, float] | None = None, std: tuple[float, float, float] | None = None) -> None:
-    from cl_zoo.registry import get_arch
-
     base = get_arch(release.arch).default_cfg
     first_url = next((s for s in release.sources if isinstance(s, UrlSource)), None)
     cfg = PretrainedCfg(

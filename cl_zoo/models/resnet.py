@@ -19,7 +19,7 @@ import torch
 import torch.nn as nn
 from torchvision.models import resnet as tv_resnet
 
-from cl_zoo.registry import CIFAR10_MEAN, CIFAR10_STD, PretrainedCfg, register_model
+from cl_zoo.registry import register_model
 
 Stem = Literal["imagenet", "cifar"]
 
@@ -103,43 +103,40 @@ class ResNet(tv_resnet.ResNet):
         return self.forward_features(x)
 
 
-_IMAGENET_CFG = PretrainedCfg(input_size=(3, 224, 224), interpolation="bilinear", crop_pct=0.875)
-_CIFAR_CFG = PretrainedCfg(
-    mean=CIFAR10_MEAN, std=CIFAR10_STD, input_size=(3, 32, 32), interpolation="bilinear", crop_pct=1.0
-)
+# The builders below are declared, with their configs and sizes, in cl_zoo/models/archs.py.
 
 
-@register_model(default_cfg=_IMAGENET_CFG)
+@register_model
 def resnet18(**kwargs: object) -> ResNet:
     """ResNet-18, ImageNet stem (11.2M parameters without fc)."""
     return ResNet(depth=18, **kwargs)  # type: ignore[arg-type]
 
 
-@register_model(default_cfg=_IMAGENET_CFG)
+@register_model
 def resnet34(**kwargs: object) -> ResNet:
     """ResNet-34, ImageNet stem (21.3M parameters without fc)."""
     return ResNet(depth=34, **kwargs)  # type: ignore[arg-type]
 
 
-@register_model(default_cfg=_IMAGENET_CFG)
+@register_model
 def resnet50(**kwargs: object) -> ResNet:
     """ResNet-50, ImageNet stem (23.5M parameters without fc)."""
     return ResNet(depth=50, **kwargs)  # type: ignore[arg-type]
 
 
-@register_model(default_cfg=_CIFAR_CFG)
+@register_model
 def resnet18_cifar(**kwargs: object) -> ResNet:
     """ResNet-18 with the CIFAR stem (3x3 stride-1 conv, no max-pool), for 32x32 inputs."""
     return ResNet(depth=18, stem="cifar", **kwargs)  # type: ignore[arg-type]
 
 
-@register_model(default_cfg=_CIFAR_CFG)
+@register_model
 def resnet34_cifar(**kwargs: object) -> ResNet:
     """ResNet-34 with the CIFAR stem."""
     return ResNet(depth=34, stem="cifar", **kwargs)  # type: ignore[arg-type]
 
 
-@register_model(default_cfg=_CIFAR_CFG)
+@register_model
 def resnet50_cifar(**kwargs: object) -> ResNet:
     """ResNet-50 with the CIFAR stem."""
     return ResNet(depth=50, stem="cifar", **kwargs)  # type: ignore[arg-type]

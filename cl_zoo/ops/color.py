@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-# sRGB (linear) -> XYZ, D65.
+# sRGB (linear) -> XYZ, D65. On the CPU explicitly: this module is imported on a model's first build,
+# which may run under ``with torch.device("meta")`` (a size-only build), and must not make these meta.
 _RGB_TO_XYZ = torch.tensor(
     [
         [0.412453, 0.357580, 0.180423],
@@ -18,8 +19,9 @@ _RGB_TO_XYZ = torch.tensor(
         [0.019334, 0.119193, 0.950227],
     ],
     dtype=torch.float64,
+    device="cpu",
 )
-_D65_WHITE = torch.tensor([0.95047, 1.0, 1.08883], dtype=torch.float64)
+_D65_WHITE = torch.tensor([0.95047, 1.0, 1.08883], dtype=torch.float64, device="cpu")
 
 # CMC's normalisation of Lab channels to roughly [-1, 1] (its data loader's Normalize).
 LAB_MEAN = ((0 + 100) / 2, (-86.183 + 98.233) / 2, (-107.857 + 94.478) / 2)

@@ -1,0 +1,283 @@
+"""``embed_to_output``: from the user's inputs to an embeddings file, a shard folder, or memory.
+
+The one road ``cl-zoo embed`` and ``cl_zoo.embed`` both take: resolve the inputs (files, folders,
+path lists, URLs, WebDataset tars), check the output before the model loads, dispatch to the
+right loop (path list or tars; one file, numbered shards, or in memory) and write the result.
+The CLI only parses arguments and prints what this returns; ``cl_zoo.embed`` asks for the
+features in memory (``out=None``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch.nn as nn
+
+from cl_zoo.data.images import discover_images, is_url
+from cl_zoo.embedding.checks import NonFiniteFeatureError
+from cl_zoo.embedding.extract import FeatureResult, extract_features
+from cl_zoo.embedding.files import (
+    FAILURES_SIDECAR,
+    OUTPUT_SUFFIXES,
+    OWN_SIDECARS,
+    check_output_files,
+    load_embeddings,
+    path_listing,
+    read_path_list,
+    save_embeddings,
+    sidecar,
+    write_failures,
+)
+from cl_zoo.embedding.inputs import resolve_inputs
+from cl_zoo.embedding.options import EngineOptions
+from cl_zoo.embedding.parts import discard_progress
+from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY
+from cl_zoo.embedding.progress import saved_progress
+from cl_zoo.embedding.reference import input_metadata, load_embedding_model, model_metadata
+from cl_zoo.embedding.sharded import check_output_folder, embed_to_shards
+from cl_zoo.embedding.shards import MANIFEST_NAME, is_shard_output
+from cl_zoo.embedding.tars import embed_tars_to_shards, extract_tar_features
+from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import check_output_path, check_replaceable
+from cl_zoo.optional import require, require_url_reader
+from cl_zoo.registry import DEFAULT_MODEL
+
+
+@dataclass
+class EmbedRun:
+    """What a run did: its summary (``--json``), the summary line, and a warning line if any.
+
+    ``result`` holds the features when they stayed in memory (``out=None``).
+    """
+
+    summary: dict[str, object]
+    line: str
+    warning: str | None = None
+    result: FeatureResult | None = None
+    sharded: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def count(n: int, noun: str) -> str:
+    """``1 image``, ``2 images``: summaries read as sentences ("embedded 1 images" did not)."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def is_sharded_output(out: str | os.PathLike[str]) -> bool:
+    return is_shard_output(os.fspath(out))
+
+
+def check_output(out: str, inputs: Sequence[str], shard_size: int | None) -> tuple[Path, bool]:
+    """(output path, whether it is a shard folder), refused before any image or the model is read."""
+    out_path = Path(out)
+    sharded = is_sharded_output(out)
+    if sharded and out_path.exists() and not out_path.is_dir():
+        raise DataError(f"--out {out} is a file, not a folder for shards")
+    if not sharded and out_path.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise ClZooError(f"--out {out} must end in .npy or .parquet, or name a folder (DIR/) for shards")
+    if shard_size is not None and not sharded:
+        raise ClZooError("--shard-size applies to a folder output (--out DIR/)")
+    check_output_path(out_path, folder=sharded)  # unwritable, missing parent, folder for a file: before the model loads
+    # Before any work: nothing this run writes, uses or deletes may be an input or somebody else's file.
+    if sharded:
+        check_output_folder(out_path, inputs)
+    else:
+        check_output_files(out_path, inputs)
+    # Optional packages are checked before any image is read, not when the output is written.
+    if sharded or out_path.suffix.lower() == ".parquet":
+        require("pyarrow", "--out DIR/ (sharded embeddings)" if sharded else "--out F.parquet")
+    return out_path, sharded
+
+
+def embed_to_output(
+    inputs: Sequence[str | os.PathLike[str]],
+    out: str | None,
+    *,
+    model: str | os.PathLike[str] | nn.Module | None = None,
+    options: EngineOptions | None = None,
+    calibration: Sequence[str | os.PathLike[str]] = (),
+    image_key: str | None = None,
+    shard_size: int | None = None,
+    half: bool = False,
+    resume: bool = False,
+    force: bool = False,
+    save_every: int | None = None,
+    progress: bool = False,
+    max_batches: int | None = None,
+    rank: int = 0,
+    world: int = 1,
+    say: Callable[[str], None] = lambda line: None,
+) -> EmbedRun:
+    """Embed ``inputs`` into ``out`` (``.npy``/``.parquet`` file or ``DIR/`` of shards), or into memory (``None``).
+
+    ``options`` are the engine settings (:class:`EngineOptions`'s defaults when ``None``);
+    ``calibration`` are int8's calibration inputs as the user gave them (files, folders, path
+    lists). ``say`` hears the informational lines a run prints as it goes (rank 0 only).
+    ``KeyboardInterrupt`` passes through with the progress kept (the caller says how to resume).
+    """
+    opts = options if options is not None else EngineOptions()
+    specs = [os.fspath(p) for p in inputs]
+    out_path, sharded = check_output(out, [*specs, *(os.fspath(c) for c in calibration)], shard_size) if out is not None else (None, False)
+    # Absolute paths (URLs stay URLs): the rows mean the same from any folder, and so does a --resume.
+    found = resolve_inputs(specs)
+    if found.is_webdataset:  # read with webdataset, written as shards with Parquet meta tables
+        require("webdataset", "reading WebDataset tar shards")
+        require("pyarrow", "reading WebDataset tar shards", extra="remote")
+    first_url = next((f for f in found.files if is_url(f)), None)
+    if first_url is not None:  # URLs listed in a local list file were not opened by resolve_inputs
+        require_url_reader(first_url)
+    if found.repeats and rank == 0:
+        say(f"skipped {found.repeats} linked folder{'s' if found.repeats != 1 else ''} already walked (symlink repeats or loops)")
+    files = found.files
+    if image_key is not None and not found.is_webdataset and out_path is not None:  # cl_zoo.embed has always ignored it there
+        raise ClZooError("--image-key applies to WebDataset tar shards")
+    if calibration:
+        if opts.precision != "int8":
+            raise ClZooError("--calibration applies to --precision int8")
+        opts = EngineOptions.merge(opts, calibration=[os.path.abspath(f) for f in discover_images(calibration)])
+    if opts.force_int8 and opts.precision != "int8" and out_path is not None:
+        raise ClZooError("--force-int8 applies to --precision int8")
+    if out_path is not None and resume and not sharded and not found.is_webdataset and (done := finished_output(out_path, files)) is not None:
+        return EmbedRun({"output": str(out_path), "images": done, "finished": True},
+                        f"{out_path} is already finished ({count(done, 'image')} of these inputs); nothing to resume "
+                        "(run without --resume to embed again)")
+
+    net = load_embedding_model(model)
+    if out_path is None:
+        return EmbedRun({}, "", result=_in_memory(net, found, opts, image_key or DEFAULT_IMAGE_KEY, progress))
+    reference = model if isinstance(model, (str, os.PathLike)) else getattr(model, "model_name", None)
+    metadata = {**model_metadata(net, os.fspath(reference) if reference else DEFAULT_MODEL), **input_metadata(specs)}
+    if found.is_webdataset:
+        return _webdataset(net, found.tars, out_path, metadata, opts, sharded=sharded, world=world, image_key=image_key or DEFAULT_IMAGE_KEY,
+                           shard_size=shard_size, half=half, resume=resume, force=force, progress=progress, max_batches=max_batches)
+    if sharded:
+        run = embed_to_shards(net, files, out_path, metadata=metadata, shard_images=shard_size, half=half, options=opts,
+                              progress=progress, resume=resume, force=force, chunk_batches=save_every, max_batches=max_batches)
+        return _shards_run(run, out_path, "unreadable files")
+    return _single_file(net, files, out_path, metadata, opts, rank=rank, half=half, resume=resume, force=force,
+                        save_every=save_every, progress=progress, max_batches=max_batches)
+
+
+def _in_memory(net: nn.Module, found: Any, opts: EngineOptions, image_key: str, progress: bool) -> FeatureResult:
+    if found.is_webdataset:
+        return extract_tar_features(net, found.tars, options=opts, image_key=image_key, progress=progress)
+    return extract_features(net, found.files, options=opts, progress=progress)
+
+
+def _single_file(net: nn.Module, files: list[str], out_path: Path, metadata: dict[str, Any], opts: EngineOptions, *, rank: int,
+                 half: bool, resume: bool, force: bool, save_every: int | None, progress: bool, max_batches: int | None) -> EmbedRun:
+    parts = sidecar(out_path, ".parts")
+    try:
+        result = extract_features(net, files, options=opts, progress=progress, progress_dir=parts, resume=resume, force=force,
+                                  chunk_batches=save_every, max_batches=max_batches)
+    except NonFiniteFeatureError:
+        # The model cannot produce a usable file; saved parts of this run would only be resumed into the same error.
+        if rank == 0:
+            discard_progress(parts)
+        raise
+    if rank != 0:
+        return EmbedRun({}, "", extra={"rank": rank})
+    failures_csv = sidecar(out_path, FAILURES_SIDECAR)
+    if result.failures:
+        write_failures(failures_csv, result.failures)
+    elif check_replaceable(failures_csv, *OWN_SIDECARS[FAILURES_SIDECAR]):
+        failures_csv.unlink()  # a stale report from an earlier run would be misleading
+    if not result.paths:
+        discard_progress(parts)
+        raise DataError(
+            f"none of the {len(files)} images could be read; reasons in {failures_csv} "
+            f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
+        )
+    metadata = {**metadata, "precision": result.precision, "backend": result.backend,
+                **({"quantization": result.quantization} if result.quantization is not None else {})}
+    save_embeddings(out_path, result.features, result.paths, metadata, half=half)
+    discard_progress(parts)
+    rate = result.images_per_second
+    summary: dict[str, object] = {
+        "output": str(out_path), "images": len(result.paths), "dims": int(result.features.shape[1]),
+        "skipped": len(result.failures), "resumed": result.resumed, "seconds": round(result.seconds, 3),
+        "images_per_second": round(rate, 3), "backend": result.backend, "precision": result.precision,
+        "backend_reason": result.backend_reason}
+    line = (f"embedded {count(len(result.paths), 'image')} ({result.features.shape[1]}-d) into {out_path}, "
+            f"skipped {len(result.failures)}, resumed {result.resumed}, "
+            f"{result.seconds:.1f} s, {rate:.1f} images/s ({result.backend} {result.precision}: {result.backend_reason})")
+    warning = f"warning: skipped {len(result.failures)} unreadable files; reasons in {failures_csv}" if result.failures else None
+    return EmbedRun(summary, line, warning, result)
+
+
+def _webdataset(net: nn.Module, tars: list[str], out_path: Path, metadata: dict[str, Any], opts: EngineOptions, *, sharded: bool,
+                world: int, image_key: str, shard_size: int | None, half: bool, resume: bool, force: bool, progress: bool,
+                max_batches: int | None) -> EmbedRun:
+    """WebDataset tar shards in: one output shard per input tar (``--out DIR/``), or one file."""
+    if shard_size is not None:
+        raise ClZooError("--shard-size does not apply to WebDataset input: each input tar becomes one output shard")
+    if sharded:
+        run = embed_tars_to_shards(net, tars, out_path, metadata=metadata, options=opts, image_key=image_key, progress=progress,
+                                   max_batches=max_batches, half=half, resume=resume, force=force)
+        return _shards_run(run, out_path, "unreadable samples", tars=len(tars))
+    if resume:
+        raise ClZooError("--resume with WebDataset input needs a folder output (--out DIR/), which resumes tar by tar")
+    if world > 1:
+        raise ClZooError("torchrun with WebDataset input needs a folder output (--out DIR/)")
+    result = extract_tar_features(net, tars, options=opts, image_key=image_key, progress=progress, max_batches=max_batches)
+    failures_csv = sidecar(out_path, ".failures.csv")
+    if result.failures:
+        write_failures(failures_csv, result.failures)
+    if not result.paths:
+        if not result.failures:
+            raise DataError(f"the {len(tars)} WebDataset shard(s) hold no samples; nothing was written")
+        raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read; reasons in {failures_csv}")
+    save_embeddings(out_path, result.features, result.paths, {**metadata, "precision": result.precision, "backend": result.backend},
+                    half=half)
+    summary: dict[str, object] = {
+        "output": str(out_path), "images": len(result.paths), "dims": int(result.features.shape[1]), "tars": len(tars),
+        "skipped": len(result.failures), "seconds": round(result.seconds, 3),
+        "images_per_second": round(result.images_per_second, 3), "backend": result.backend,
+        "precision": result.precision, "backend_reason": result.backend_reason}
+    line = (f"embedded {count(len(result.paths), 'image')} ({result.features.shape[1]}-d) from {len(tars)} WebDataset shard(s) into "
+            f"{out_path}, skipped {len(result.failures)}, {result.seconds:.1f} s, {result.images_per_second:.1f} images/s "
+            f"({result.backend} {result.precision}: {result.backend_reason})")
+    return EmbedRun(summary, line, None, result)
+
+
+def _shards_run(run: Any, out_path: Path, what: str, **extra: object) -> EmbedRun:
+    """A folder output's summary (``run``: a ShardRun) and its warning."""
+    summary: dict[str, object] = {
+        "output": f"{out_path}/", "images": run.rows, "dims": run.dims, **extra, "shards": len(run.shards),
+        "skipped": run.failures, "resumed": run.resumed, "finished_shards": run.skipped_shards,
+        "seconds": round(run.seconds, 3), "images_per_second": round(run.images_per_second, 3),
+        "backend": run.backend, "precision": run.precision, "backend_reason": run.backend_reason}
+    source = f" from {extra['tars']} WebDataset shard(s)" if "tars" in extra else ""
+    line = (f"embedded {count(run.rows, 'image')} ({run.dims}-d){source} into {count(len(run.shards), 'shard')} in "
+            f"{out_path}/ ({MANIFEST_NAME}), skipped {run.failures}, resumed {run.resumed} "
+            f"({count(run.skipped_shards, 'finished shard')}), {run.seconds:.1f} s, {run.images_per_second:.1f} images/s "
+            f"({run.backend} {run.precision}: {run.backend_reason})")
+    warning = f"warning: skipped {run.failures} {what}; reasons in {out_path}/failures_*.csv" if run.failures else None
+    return EmbedRun(summary, line, warning, sharded=True)
+
+
+def finished_output(out: Path, files: list[str]) -> int | None:
+    """Rows of ``out`` when it is a finished run over exactly ``files`` (its rows plus its listed
+    failures), with no progress left to resume; else None. Lets ``--resume`` on a finished run say
+    so instead of silently embedding everything again."""
+    import csv
+
+
+    if not out.is_file() or saved_progress(sidecar(out, ".parts")) is not None:
+        return None
+    try:
+        rows = read_path_list(path_listing(out)) if out.suffix.lower() == ".npy" else load_embeddings(out)[1]
+        failed: list[str] = []
+        report = sidecar(out, FAILURES_SIDECAR)
+        if report.is_file():
+            with open(report, newline="", encoding="utf-8") as fh:
+                failed = [row["path"] for row in csv.DictReader(fh) if "path" in row]
+    except (ClZooError, OSError, ValueError, KeyError):
+        return None  # unreadable: not a finished run of ours; the run goes on as before
+    return len(rows) if set(rows) | set(failed) == set(files) and len(set(rows)) == len(rows) else None
+
+
+__all__ = ["EmbedRun", "check_output", "count", "embed_to_output", "finished_output"]

@@ -1,0 +1,168 @@
+"""The embedding pipeline: one EngineOptions, decode overlapped with inference, the decode split, one road to an output."""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import cl_zoo
+from cl_zoo.embedding import extract as extract_mod
+from cl_zoo.embedding import run as run_mod
+from cl_zoo.embedding.extract import choose_workers, extract_features, overlapped, prepare_engine
+from cl_zoo.embedding.options import EXACT, EngineOptions
+
+DATA = Path(__file__).parent / "data" / "embed"
+PHOTOS = [str(DATA / name) for name in ("photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp")]
+
+
+def small_model() -> torch.nn.Module:
+    model = cl_zoo.create_model("resnet18", width=0.25)
+    model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, input_size=(3, 32, 32), crop_pct=0.875)
+    return model.eval()
+
+
+def test_engine_options_merge_keeps_one_set_of_defaults() -> None:
+    assert EngineOptions.merge() == EngineOptions()
+    assert (EngineOptions().precision, EngineOptions().backend, EngineOptions().batch_size) == ("auto", "auto", 64)
+    merged = EngineOptions.merge(EngineOptions(batch_size=8), precision="bf16", workers=None)
+    assert (merged.precision, merged.batch_size, merged.workers) == ("bf16", 8, None)
+    with pytest.raises(TypeError, match="no field"):
+        EngineOptions.merge(precison="bf16")
+
+
+def test_extract_features_stays_exact_and_the_user_doors_take_auto(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = small_model()
+    result = extract_features(model, PHOTOS[:2], workers=0)
+    assert (result.precision, result.backend) == ("fp32", "torch")
+    assert EXACT == dataclasses.replace(EngineOptions(), precision="fp32", backend="torch")
+    # cl_zoo.embed goes through embed_to_output with the auto defaults, keywords on top.
+    seen: list[EngineOptions] = []
+
+    def spy(net, files, *, options, progress):  # noqa: ANN001, ANN202
+        seen.append(options)
+        return extract_features(net, files, options=dataclasses.replace(options, precision="fp32", backend="torch"))
+
+    monkeypatch.setattr(run_mod, "extract_features", spy)
+    features, paths = cl_zoo.embed(PHOTOS[:2], model=model, workers=0, batch_size=3)
+    assert features.shape[0] == 2 and len(paths) == 2
+    assert (seen[0].precision, seen[0].backend, seen[0].batch_size, seen[0].workers) == ("auto", "auto", 3, 0)
+
+
+class _Deferred:
+    """A forward whose results arrive later, recording how many batches were in flight at once."""
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.most = 0
+
+    def submit(self, pixels):  # noqa: ANN001, ANN202
+        self.inflight += 1
+        self.most = max(self.most, self.inflight)
+
+        def result() -> np.ndarray:
+            self.inflight -= 1
+            return np.full((1, 1), pixels, np.float32)
+
+        return result
+
+
+def test_overlapped_keeps_one_batch_in_flight_in_order_and_stops_after_max_batches() -> None:
+    forward = _Deferred()
+    done: list[tuple[int, float]] = []
+    overlapped(range(5), forward, lambda b: b, lambda b, f: done.append((b, float(f[0, 0]))))  # type: ignore[arg-type]
+    assert done == [(i, float(i)) for i in range(5)]
+    assert forward.most == 2  # batch k+1 is fetched and started while batch k runs
+    done.clear()
+    with pytest.raises(KeyboardInterrupt, match="after 3 batches"):
+        overlapped(range(5), forward, lambda b: b, lambda b, f: done.append((b, float(f[0, 0]))), max_batches=3)  # type: ignore[arg-type]
+    assert [b for b, _ in done] == [0, 1, 2]  # every batch started before the stop is finished, as the synchronous loop did
+
+
+def test_choose_workers_gives_decode_its_measured_share() -> None:
+    torch.manual_seed(0)
+    model = small_model()
+    engine = prepare_engine(model, PHOTOS, EngineOptions(precision="fp32", backend="torch", workers=None), need_fingerprint=False)
+
+    def cheap(pixels: torch.Tensor) -> np.ndarray:
+        return np.zeros((len(pixels), 1), np.float32)
+
+    def costly(pixels: torch.Tensor) -> np.ndarray:
+        end = time.process_time() + 0.25 * len(pixels)  # CPU time, far above decoding a small photo
+        while time.process_time() < end:
+            pass
+        return np.zeros((len(pixels), 1), np.float32)
+
+    assert choose_workers(cheap, engine, PHOTOS, [0, 1, 2, 3], 2) == 2  # decode is nearly all the work: every decoder
+    assert choose_workers(costly, engine, PHOTOS, [0, 1, 2, 3], 2) == 1  # the model is: one decoder keeps up
+    gpu = dataclasses.replace(engine, device=torch.device("cuda"))
+    assert choose_workers(costly, gpu, PHOTOS, [0, 1, 2, 3], 2) == 2  # a GPU model leaves the cores to decoding
+
+
+def test_auto_workers_run_gives_the_same_features(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = small_model()
+    paths = PHOTOS * 4
+    fixed = extract_features(model, paths, batch_size=2, workers=0)
+    monkeypatch.setattr(extract_mod, "choose_workers", lambda *args: 1)
+    chosen = extract_features(model, paths, batch_size=2)
+    assert chosen.workers == 1
+    assert chosen.features.tobytes() == fixed.features.tobytes() and chosen.paths == fixed.paths
+
+
+def test_openvino_submit_overlaps_and_matches_the_synchronous_call() -> None:
+    pytest.importorskip("openvino")
+    from cl_zoo.embedding.engine import model_fingerprint
+    from cl_zoo.backends.openvino import OpenVINORunner
+
+    torch.manual_seed(0)
+    model = small_model()
+    pre = extract_mod.Preprocess.from_model(model)
+    runner = OpenVINORunner(model, fingerprint=model_fingerprint(model), input_hw=pre.crop_size, mean=pre.mean, std=pre.std,
+                            precision="fp32", threads=1)
+    rng = np.random.default_rng(0)
+    a, b = (rng.integers(0, 256, (5, 32, 32, 3), dtype=np.uint8) for _ in range(2))
+    first, second = runner.submit(a), runner.submit(b)  # two batches queued before either is read
+    assert np.array_equal(second(), runner(b)) and np.array_equal(first(), runner(a))
+    assert threading.active_count() >= 1
+
+
+def test_cli_embed_module_imports_nothing_heavy_at_the_top() -> None:
+    source = Path(extract_mod.__file__).parents[1] / "cli" / "embed.py"
+    tree = ast.parse(source.read_text())
+    top = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            top |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top.add(node.module)
+    assert top <= {"__future__", "json", "os", "shlex", "pathlib", "click", "cl_zoo.errors"}, top
+
+
+def test_embed_to_output_writes_what_the_cli_writes(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = small_model()
+    out = tmp_path / "emb.npy"
+    run = run_mod.embed_to_output(PHOTOS, str(out), model=model, options=EngineOptions(precision="fp32", backend="torch", workers=0))
+    features, paths, _ = cl_zoo.embedding.load_embeddings(out)
+    assert run.summary["images"] == 4 and len(paths) == 4 and features.shape[0] == 4
+    assert run.line.startswith("embedded 4 images") and run.warning is None
+    again = run_mod.embed_to_output(PHOTOS, str(out), model=model, resume=True,
+                                    options=EngineOptions(precision="fp32", backend="torch", workers=0))
+    assert again.summary == {"output": str(out), "images": 4, "finished": True}
+
+
+def test_cli_defaults_are_the_engine_options_defaults() -> None:
+    from cl_zoo.cli.embed import embed_command
+
+    defaults = {p.name: p.default for p in embed_command.params}
+    options = EngineOptions()
+    for name in ("precision", "backend", "device", "batch_size", "workers", "calibration_seed"):
+        assert defaults[name] == getattr(options, name), name
