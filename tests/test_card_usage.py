@@ -17,8 +17,9 @@ from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
 from cl_zoo.checkpoint.hub import load_model
 from cl_zoo.checkpoint.publish import card_for_repo
+from tests.helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 BUNDLED = sorted(p for p in (REPO / "model_cards").iterdir() if (p / CONFIG_NAME).is_file())
 
 

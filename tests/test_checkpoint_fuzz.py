@@ -36,6 +36,7 @@ import cl_zoo
 from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, INDEX_NAME, load_folder, sha256_file
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
+from tests.helpers import REPO_ROOT, tiny_checkpoint_model
 
 # CL_ZOO_FUZZ_EXAMPLES=1000 CL_ZOO_FUZZ_RANDOM=1 explores further than CI does (new examples each run).
 FUZZ = settings(max_examples=int(os.environ.get("CL_ZOO_FUZZ_EXAMPLES", "40")), deadline=None,
@@ -61,25 +62,18 @@ json_values = st.recursive(
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
-def tiny() -> torch.nn.Module:
-    torch.manual_seed(0)
-    model = cl_zoo.create_model("resnet18_cifar", width=0.125)
-    model.pretrained_cfg.input_size = (3, 16, 16)
-    return model
-
-
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("fuzz-bases")
     return {
-        "single": cl_zoo.save_pretrained(tiny(), root / "single"),
-        "sharded": cl_zoo.save_pretrained(tiny(), root / "sharded", max_shard_size="60KB"),
+        "single": cl_zoo.save_pretrained(tiny_checkpoint_model(), root / "single"),
+        "sharded": cl_zoo.save_pretrained(tiny_checkpoint_model(), root / "sharded", max_shard_size="60KB"),
     }
 
 
 @pytest.fixture(scope="module")
 def reference() -> dict[str, torch.Tensor]:
-    return tiny().state_dict()
+    return tiny_checkpoint_model().state_dict()
 
 
 @pytest.fixture(scope="module")
@@ -303,7 +297,7 @@ def test_embed_subprocess_on_mutated_folders_prints_one_line(case, bases, image,
         encoded = json.dumps(header).encode()
         shard.write_bytes(struct.pack("<Q", len(encoded)) + encoded + raw[8 + length :])
         repin(folder)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, "-m", "cl_zoo.cli", "embed", str(image), "--model", str(folder),
                              "-o", str(tmp_path / "e.npy"), "-q", "-j", "0"], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr

@@ -21,9 +21,10 @@ from cl_zoo.checkpoint.checks import MAX_INPUT_SIDE
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
 
-from test_checkpoint_untrusted import edit_config, fake_cache_repo, repin, saved, tiny  # noqa: F401 (saved: a fixture)
+from tests.helpers import EXAMPLE_PHOTOS_DIR, edit_config, fake_cache_repo, repin, tiny_checkpoint_model
+from tests.test_checkpoint_untrusted import saved  # noqa: F401 (a fixture; moves to a conftest with the layout)
 
-PHOTOS = Path(__file__).resolve().parents[1] / "examples" / "photos"
+PHOTOS = EXAMPLE_PHOTOS_DIR
 
 
 def replace_weights(folder: Path, change) -> None:  # type: ignore[no-untyped-def]
@@ -91,7 +92,7 @@ def test_float64_weights_that_overflow_float32_are_refused(saved: Path) -> None:
 
 
 def test_negative_batchnorm_variance_is_refused(saved: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    key = next(k for k in tiny().state_dict() if k.endswith("running_var"))
+    key = next(k for k in tiny_checkpoint_model().state_dict() if k.endswith("running_var"))
 
     def negative(state: dict[str, torch.Tensor]) -> None:
         state[key] = -state[key].abs() - 0.1

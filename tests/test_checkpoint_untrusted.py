@@ -16,29 +16,10 @@ from PIL import Image
 from safetensors.torch import load_file, save_file
 
 import cl_zoo
-from cl_zoo.checkpoint import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME, sha256_file
+from cl_zoo.checkpoint import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
-
-
-def tiny(seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    model = cl_zoo.create_model("resnet18_cifar", width=0.125)
-    model.pretrained_cfg.input_size = (3, 16, 16)
-    return model
-
-
-def repin(folder: Path) -> None:
-    """Record the weights files' current digests, as a tamperer would."""
-    config = json.loads((folder / CONFIG_NAME).read_text())
-    config["files"] = {name: sha256_file(folder / name) for name in config["files"]}
-    (folder / CONFIG_NAME).write_text(json.dumps(config))
-
-
-def edit_config(folder: Path, change: Callable[[dict], None]) -> None:
-    config = json.loads((folder / CONFIG_NAME).read_text())
-    change(config)
-    (folder / CONFIG_NAME).write_text(json.dumps(config))
+from tests.helpers import edit_config, fake_cache_repo, repin, tiny_checkpoint_model
 
 
 def edit_tensor(folder: Path, key: str, value: Callable[[torch.Tensor], torch.Tensor]) -> None:
@@ -50,12 +31,12 @@ def edit_tensor(folder: Path, key: str, value: Callable[[torch.Tensor], torch.Te
 
 @pytest.fixture
 def saved(tmp_path: Path) -> Path:
-    return cl_zoo.save_pretrained(tiny(), tmp_path / "ckpt")
+    return cl_zoo.save_pretrained(tiny_checkpoint_model(), tmp_path / "ckpt")
 
 
 @pytest.fixture
 def sharded(tmp_path: Path) -> Path:
-    return cl_zoo.save_pretrained(tiny(1), tmp_path / "trav", max_shard_size="60KB")
+    return cl_zoo.save_pretrained(tiny_checkpoint_model(1), tmp_path / "trav", max_shard_size="60KB")
 
 
 @pytest.fixture
@@ -176,25 +157,12 @@ def test_symlink_leading_out_is_refused(saved, tmp_path, watcher):
     assert watcher.opened == []
 
 
-def fake_cache_repo(root: Path, saved: Path) -> tuple[Path, Path]:
-    """A huggingface_hub-shaped snapshot of ``saved`` under ``root``: every file linked into ../../blobs."""
-    repo = root / "models--me--tiny"
-    snap = repo / "snapshots" / "abc123"
-    snap.mkdir(parents=True)
-    (repo / "blobs").mkdir()
-    for f in saved.iterdir():
-        blob = repo / "blobs" / (f.name + ".blob")
-        os.replace(f, blob)
-        (snap / f.name).symlink_to(os.path.relpath(blob, snap))
-    return repo, snap
-
-
 def test_hub_cache_layout_links_into_its_own_blobs_only(saved, tmp_path, monkeypatch):
     """A huggingface_hub snapshot links every file to ../../blobs: allowed for its own repo only."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     repo, snap = fake_cache_repo(tmp_path / "hub", saved)
     loaded = cl_zoo.load_pretrained(snap)
-    torch.testing.assert_close(loaded.state_dict()["conv1.weight"], tiny().state_dict()["conv1.weight"])
+    torch.testing.assert_close(loaded.state_dict()["conv1.weight"], tiny_checkpoint_model().state_dict()["conv1.weight"])
     other = tmp_path / "hub" / "models--someone--else" / "blobs"
     other.mkdir(parents=True)
     os.replace(repo / "blobs" / (WEIGHTS_NAME + ".blob"), other / "w")
@@ -243,7 +211,7 @@ def test_preprocessing_values_are_checked(saved, field, value, pattern):
 
 
 def test_bare_integer_file_with_explicit_arch_is_refused(saved, tmp_path):
-    state = {k: (v * 100).to(torch.int64) if v.is_floating_point() else v for k, v in tiny().state_dict().items()}
+    state = {k: (v * 100).to(torch.int64) if v.is_floating_point() else v for k, v in tiny_checkpoint_model().state_dict().items()}
     torch.save(state, tmp_path / "ints.pth")
     with pytest.raises(CheckpointError, match="expected a floating-point tensor"):
         cl_zoo.load_pretrained(tmp_path / "ints.pth", arch="resnet18_cifar", width=0.125)

@@ -14,8 +14,9 @@ import pytest
 
 from cl_zoo.cli import _COMMANDS, cli, main
 from cl_zoo.registry import DEFAULT_MODEL
+from tests.helpers import EXAMPLE_PHOTOS_DIR, TINY_PRETRAIN as TINY, make_folder
 
-PHOTOS = Path(__file__).resolve().parent.parent / "examples" / "photos"
+PHOTOS = EXAMPLE_PHOTOS_DIR
 PHOTO = PHOTOS / "pot.jpg"
 
 # Every user-unwritable place of the issue: /proc refuses creating files, /sys refuses even root.
@@ -280,7 +281,6 @@ def test_card_update_rerender_json(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def test_pretrain_json_keeps_stdout_for_the_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    from test_pretrain import TINY, make_folder
 
     monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path / "cache"))
     data = make_folder(tmp_path / "data")

@@ -20,10 +20,10 @@ from cl_zoo.checkpoint import load_folder
 from cl_zoo.fileio import file_lock
 from cl_zoo.checkpoint.publish import publish_folder
 
-from hub_server import FakeHub, online
-from test_import_official import moco_file
+from tests.helpers import REPO_ROOT
+from tests.hub_server import FakeHub, online
+from tests.official_checkpoints import moco_file
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Registers a release whose URL is the loopback server, then loads it like a user would.
 LOAD_OFFICIAL = """

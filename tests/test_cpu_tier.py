@@ -23,8 +23,9 @@ from cl_zoo.checkpoint import sha256_file
 from cl_zoo.cli import main
 from cl_zoo.eval.report import compare_reports
 from cl_zoo.registry import DEFAULT_MODEL, get_pretrained, list_models
+from tests.helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 CARDS = REPO / "model_cards"
 TIER = sorted(n for n in list_models("*_resnet18.imagenette64_cpu", pretrained=True))
 sys.path.insert(0, str(REPO / "scripts"))

@@ -15,11 +15,12 @@ from PIL import Image
 from cl_zoo.data import decode_to_tensor, load_folder_tensor, open_image_folder
 from cl_zoo.data.archive import COMPLETE_MARKER, extract_archive
 from cl_zoo.errors import DataError
+from tests.helpers import isolate_cache
 
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path / "cache"))
+    isolate_cache(monkeypatch, tmp_path / "cache")  # one per test: the tests look inside it
 
 
 def _img(path: Path, size=(8, 8), color=(10, 20, 30), fmt=None) -> None:

@@ -12,15 +12,13 @@ this also checks that the queue, fed with keys gathered from both ranks, ends up
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
+from tests.helpers import free_port, make_folder
 
 COMMON = [
     "--arch", "pixels", "--set", "model_args.input_size=16", "--set", "method_args.head_hidden_dim=32",
@@ -34,21 +32,6 @@ METHODS = {
 }
 
 
-def make_folder(root: Path, classes: int = 2, per_class: int = 16, size: int = 20) -> Path:
-    rng = np.random.default_rng(2)
-    for c in range(classes):
-        (root / f"c{c}").mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            Image.fromarray(rng.integers(0, 255, (size, size, 3), dtype=np.uint8)).save(root / f"c{c}" / f"{i}.png")
-    return root
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _run(cmd: list[str], cache: Path) -> None:
     env = {**os.environ, "CL_ZOO_CACHE": str(cache), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
@@ -57,12 +40,12 @@ def _run(cmd: list[str], cache: Path) -> None:
 
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_two_gloo_processes_match_one_process(tmp_path, method):
-    data = make_folder(tmp_path / "imgs")
+    data = make_folder(tmp_path / "imgs", classes=2, seed=2)
     args = ["--method", method, *COMMON, *METHODS[method], "--data", str(data)]
     cli = [sys.executable, "-m", "cl_zoo.cli", "pretrain"]
     _run([*cli, *args, "--out", str(tmp_path / "one")], tmp_path / "cache")
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
-                "--master-addr", "127.0.0.1", "--master-port", str(_free_port()), "-m", "cl_zoo.cli", "pretrain"]
+                "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "cl_zoo.cli", "pretrain"]
     _run([*torchrun, *args, "--out", str(tmp_path / "two")], tmp_path / "cache")
 
     one = torch.load(tmp_path / "one" / "checkpoint.pt", weights_only=True)

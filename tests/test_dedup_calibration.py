@@ -20,8 +20,8 @@ from cl_zoo.dedup_calibration import (
 )
 from cl_zoo.embedding import model_metadata, save_embeddings
 from cl_zoo.search import dedup_threshold_for, nearest_neighbour_scores
+from tests.helpers import DATA
 
-DATA = Path(__file__).parent / "data" / "embed"
 BUNDLED = cl_zoo.registry.DEFAULT_MODEL  # the bundled default carries a calibration
 
 

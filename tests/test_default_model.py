@@ -14,8 +14,9 @@ from cl_zoo.checkpoint.card import parse_front_matter
 from cl_zoo.checkpoint import sha256_file
 from cl_zoo.cli import main
 from cl_zoo.registry import DEFAULT_MODEL, get_pretrained
+from tests.helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 EXAMPLES = REPO / "examples" / "photos"
 
 

@@ -25,8 +25,9 @@ from cl_zoo.detection import (
 )
 from cl_zoo.errors import DataError
 from cl_zoo.registry import create_model
+from tests.helpers import REPO_ROOT
 
-CONFIGS = Path(__file__).resolve().parents[1] / "transfer" / "detectron2" / "configs"
+CONFIGS = REPO_ROOT / "transfer" / "detectron2" / "configs"
 MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
 
 

@@ -17,6 +17,7 @@ import torchvision
 from cl_zoo.bundled import bundled_folder
 from cl_zoo.cli import main
 from cl_zoo.detection.detectron2_run import Detectron2Options, _tuple, plan_detectron2_run
+from tests.helpers import REPO_ROOT
 
 HAS_DETECTRON2 = importlib.util.find_spec("detectron2") is not None
 needs_detectron2 = pytest.mark.skipif(not HAS_DETECTRON2, reason="detectron2 is not installed (not on PyPI; "
@@ -255,7 +256,7 @@ def test_the_report_is_made_from_this_runs_results_under_the_torchvision_names(b
         return 0
 
     monkeypatch.setattr(detectron2_run.subprocess, "call", fake_train_net)
-    card = Path(__file__).resolve().parents[1] / "model_cards" / "cacr_resnet18.imagenette64_cpu"
+    card = REPO_ROOT / "model_cards" / "cacr_resnet18.imagenette64_cpu"
     voc = _small_voc(bccd_voc_dir / "bccd-voc", tmp_path / "voc")
     args = ["detect", "--engine", "detectron2", "--model", str(card), "--data", str(voc), "--output", str(out),
             "--device", "cpu", "--max-iter", "3", "--seed", "2"]

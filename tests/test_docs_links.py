@@ -8,8 +8,9 @@ import re
 from pathlib import Path
 
 import pytest
+from tests.helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 

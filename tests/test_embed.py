@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -18,35 +16,18 @@ import torch
 from PIL import Image
 
 import cl_zoo
-from cl_zoo.cli import main
 from cl_zoo.data import images as images_mod
 from cl_zoo.data.images import ImageDecodeError, discover_images, load_image
 from cl_zoo.embedding import Preprocess, extract_features, load_embeddings
 from cl_zoo.errors import DataError
+from tests.helpers import DATA, EXAMPLE_PHOTOS_DIR, GOOD, REPO_ROOT, free_port, run_cli, tiny_model
 
-DATA = Path(__file__).parent / "data" / "embed"
-GOOD = ["photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp"]
 BROKEN = {
     "empty.jpg": "empty file",
     "truncated.jpg": "truncated",
     "notanimage.png": "not an image",
     "bomb.png": "decompression bomb",
 }
-
-
-def tiny_model() -> torch.nn.Module:
-    """A random quarter-width ResNet-18 fed 32 px crops: real code path, milliseconds per image."""
-    model = cl_zoo.create_model("resnet18", width=0.25)
-    model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, input_size=(3, 32, 32), crop_pct=0.875)
-    return model.eval()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("model") / "tiny"
-    torch.manual_seed(0)
-    cl_zoo.save_pretrained(tiny_model(), folder)
-    return folder
 
 
 @pytest.fixture()
@@ -72,16 +53,6 @@ def mixed(photos: Path) -> Path:
     for name in BROKEN:
         shutil.copy(DATA / name, photos / name)
     return photos
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def run_cli(*args: str) -> int:
-    return main([str(a) for a in args])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -313,7 +284,7 @@ def test_torchrun_two_ranks_match_one_process(photos: Path, model_dir: Path, tmp
         "-m", "cl_zoo.cli", "embed", str(photos), "-m", str(model_dir), "-o", str(sharded),
         "-b", "1", "--save-every", "1", "-j", "0", "-q",
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[1])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     a, pa, _ = load_embeddings(single)
     b, pb, _ = load_embeddings(sharded)
@@ -326,7 +297,7 @@ def test_torchrun_two_ranks_match_one_process(photos: Path, model_dir: Path, tmp
 # cl_zoo.embed on in-memory images, and normalize=
 # ---------------------------------------------------------------------------------------------
 
-EXAMPLE_PHOTOS = sorted((Path(__file__).resolve().parents[1] / "examples" / "photos").glob("*.jpg"))
+EXAMPLE_PHOTOS = sorted(EXAMPLE_PHOTOS_DIR.glob("*.jpg"))
 ON_CPU = {"device": "cpu", "precision": "fp32", "backend": "torch", "workers": 0, "batch_size": 4}
 
 

@@ -66,12 +66,6 @@ def write_shard(path: Path, samples: list[tuple[str, dict[str, bytes]]]) -> Path
     return path
 
 
-@pytest.fixture()
-def served(tmp_path: Path, http_folder) -> str:  # noqa: ANN001 - conftest's server factory
-    """``http://127.0.0.1:<port>`` serving ``tmp_path`` (directory listings included)."""
-    return http_folder(tmp_path)
-
-
 def closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -24,9 +24,8 @@ from cl_zoo.cli import main
 from cl_zoo.data.images import discover_images
 from cl_zoo.embedding import load_embeddings, resolve_model_reference, save_embeddings
 from cl_zoo.errors import DataError
+from tests.helpers import DATA, GOOD
 
-DATA = Path(__file__).parent / "data" / "embed"
-GOOD = ["photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp"]
 
 
 @pytest.fixture()

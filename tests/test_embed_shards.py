@@ -12,8 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_embed import DATA, GOOD, free_port, model_dir, run_cli, tiny_model  # noqa: F401 (model_dir: a fixture)
-from test_embed_inputs import served  # noqa: F401 (a fixture: http://127.0.0.1:<port> serving tmp_path)
+from tests.helpers import DATA, GOOD, REPO_ROOT, free_port, run_cli, tiny_model
 
 import cl_zoo
 from cl_zoo.embedding import load_embeddings
@@ -178,7 +177,7 @@ def test_torchrun_two_ranks_split_shards_and_match_one_process(photos: Path, mod
         "-m", "cl_zoo.cli", "embed", str(photos), "-m", str(model_dir), "-o", f"{two}/", "--shard-size", "3",
         "-b", "2", "--save-every", "1", "-j", "0", "-q",
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=Path(__file__).parents[1])
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, cwd=REPO_ROOT)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stderr.count("into 4 shards") == 1  # rank 0 reports, once
     for n in range(4):

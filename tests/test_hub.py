@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-import torch
 
 import cl_zoo
 from cl_zoo.checkpoint import INDEX_NAME, WEIGHTS_NAME, sha256_file
@@ -24,27 +23,10 @@ from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.checkpoint.publish import publish_folder
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
-from hub_server import FakeHub, online, serve
+from tests.helpers import assert_same_state, tiny_cifar_model
+from tests.hub_server import FakeHub, online, serve
 
 TOKEN = "hf_fake_secret_token_123"
-
-
-def tiny_model(seed: int = 0) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    model = cl_zoo.create_model("resnet18_cifar", width=0.125)
-    with torch.no_grad():  # non-trivial BN statistics so buffers are checked too
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.running_mean.uniform_(-1, 1)
-                module.running_var.uniform_(0.5, 2)
-    return model
-
-
-def assert_same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa.keys() == sb.keys()
-    for key in sa:
-        assert torch.equal(sa[key], sb[key]), key
 
 
 def closed_port() -> int:
@@ -61,12 +43,12 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:
-    return cl_zoo.save_pretrained(tiny_model(), tmp_path / "ckpt")
+    return cl_zoo.save_pretrained(tiny_cifar_model(), tmp_path / "ckpt")
 
 
 @pytest.fixture
 def sharded_folder(tmp_path: Path) -> Path:
-    out = cl_zoo.save_pretrained(tiny_model(1), tmp_path / "ckpt-sharded", max_shard_size="60KB")
+    out = cl_zoo.save_pretrained(tiny_cifar_model(1), tmp_path / "ckpt-sharded", max_shard_size="60KB")
     assert (out / INDEX_NAME).is_file()
     return out
 
@@ -107,7 +89,7 @@ def test_publish_by_branch_and_pull_request(hub: FakeHub, folder: Path, tmp_path
     first = publish_folder(folder, "alice/tiny")
     assert_same_state(cl_zoo.load_pretrained(folder), cl_zoo.load_pretrained("hf-hub:alice/tiny"))
 
-    other = cl_zoo.save_pretrained(tiny_model(7), tmp_path / "other")
+    other = cl_zoo.save_pretrained(tiny_cifar_model(7), tmp_path / "other")
     on_branch = publish_folder(other, "alice/tiny", revision="v2")
     assert on_branch.commit != first.commit
     assert_same_state(cl_zoo.load_pretrained(other), cl_zoo.load_pretrained("hf-hub:alice/tiny@v2"))

@@ -12,8 +12,8 @@ import torch
 import cl_zoo
 from cl_zoo.checkpoint import WEIGHTS_NAME, sha256_file
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
+from tests.helpers import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 NAME = "dcl_resnet18_cifar.hubconftest"
 
 

@@ -27,6 +27,7 @@ from cl_zoo.index import (
     sidecar_path,
 )
 from cl_zoo.search import similar_pairs
+from tests.helpers import embed_test_photos, run_cli_captured
 
 MiB = 1 << 20
 
@@ -169,12 +170,6 @@ def test_shard_folder_gives_the_same_index_as_one_file(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ refusals: one line, outputs untouched
 
 
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def assert_one_error_line(err: str, *fragments: str) -> None:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: "), err
@@ -201,14 +196,14 @@ def test_truncated_npy_and_shard_are_refused(tmp_path: Path, existing_index: Pat
     random_embeddings(emb, 2_000, 16)
     data = emb.read_bytes()
     emb.write_bytes(data[:-100])
-    code, out, err = run_cli(["index", str(emb), "--out", str(existing_index), "--max-memory", "1G"], capsys)
+    code, out, err = run_cli_captured(["index", str(emb), "--out", str(existing_index), "--max-memory", "1G"], capsys)
     assert code == 2 and out == ""
     assert_one_error_line(err, "truncated")
     shards = tmp_path / "shards"
     shards.mkdir()
     np.save(shards / "emb_00000.npy", np.ones((10, 16), np.float32))
     (shards / "emb_00001.npy").write_bytes(data[: len(data) // 2])
-    code, _, err = run_cli(["index", str(shards), "--out", str(existing_index), "--max-memory", "1G"], capsys)
+    code, _, err = run_cli_captured(["index", str(shards), "--out", str(existing_index), "--max-memory", "1G"], capsys)
     assert code == 2
     assert_one_error_line(err, "emb_00001.npy is truncated")
     assert untouched(existing_index)
@@ -219,23 +214,23 @@ def test_shards_of_different_dims_or_with_gaps_are_refused(tmp_path: Path, exist
     shards.mkdir()
     np.save(shards / "emb_00000.npy", np.ones((10, 16), np.float32))
     np.save(shards / "emb_00001.npy", np.ones((10, 8), np.float32))
-    code, _, err = run_cli(["index", str(shards), "--out", str(existing_index), "--max-memory", "1G"], capsys)
+    code, _, err = run_cli_captured(["index", str(shards), "--out", str(existing_index), "--max-memory", "1G"], capsys)
     assert code == 2
     assert_one_error_line(err, "disagree on dims", "16", "8")
     (shards / "emb_00001.npy").rename(shards / "emb_00002.npy")
-    code, _, err = run_cli(["index", str(shards), "--out", str(existing_index), "--max-memory", "1G"], capsys)
+    code, _, err = run_cli_captured(["index", str(shards), "--out", str(existing_index), "--max-memory", "1G"], capsys)
     assert_one_error_line(err, "missing shard number 1")
     assert untouched(existing_index)
 
 
 def test_tiny_budget_bad_budget_and_missing_file_are_refused(data_20k: Path, tmp_path: Path, existing_index: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run_cli(["index", str(data_20k), "--out", str(existing_index), "--max-memory", "100K"], capsys)
+    code, out, err = run_cli_captured(["index", str(data_20k), "--out", str(existing_index), "--max-memory", "100K"], capsys)
     assert code == 2 and out == ""
     assert_one_error_line(err, "too small", "raise --max-memory")
-    code, _, err = run_cli(["index", str(data_20k), "--out", str(existing_index), "--max-memory", "four gigs"], capsys)
+    code, _, err = run_cli_captured(["index", str(data_20k), "--out", str(existing_index), "--max-memory", "four gigs"], capsys)
     assert code == 2
     assert_one_error_line(err, "cannot read memory size")
-    code, _, err = run_cli(["index", str(tmp_path / "missing.npy"), "--out", str(existing_index), "--max-memory", "1G"], capsys)
+    code, _, err = run_cli_captured(["index", str(tmp_path / "missing.npy"), "--out", str(existing_index), "--max-memory", "1G"], capsys)
     assert code == 2
     assert_one_error_line(err, "does not exist")
     assert untouched(existing_index)
@@ -249,7 +244,7 @@ def test_index_from_other_embeddings_is_refused_by_search_and_dedup(data_20k: Pa
     random_embeddings(other, 20_000, 64, seed=1)  # same shape, other vectors
     with pytest.raises(DataError, match="built from other embeddings"):
         load_saved_index(out, other, count=20_000, dims=64)
-    code, _, err = run_cli(["dedup", str(other), "--index-file", str(out), "-t", "0.9"], capsys)
+    code, _, err = run_cli_captured(["dedup", str(other), "--index-file", str(out), "-t", "0.9"], capsys)
     assert code == 2
     assert_one_error_line(err, "built from other embeddings", "fingerprint")
     meta = data_20k.with_name("emb.meta.json")
@@ -271,14 +266,14 @@ def test_index_from_other_embeddings_is_refused_by_search_and_dedup(data_20k: Pa
 
 def test_index_command_text_and_json(data_20k: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "cli.faiss"
-    code, text, err = run_cli(["index", str(data_20k), "--out", str(out), "--max-memory", "7M"], capsys)
+    code, text, err = run_cli_captured(["index", str(data_20k), "--out", str(out), "--max-memory", "7M"], capsys)
     assert code == 0, err
     assert "plan: IVF256,Flat" in err and "added 20000/20000" in err
     lines = text.splitlines()
     assert lines[0] == "index: IVF256,Flat (ivf-flat, 256 lists) over 20000 vectors of 64 dims"
     assert lines[1].startswith("why: the HNSW graph") and lines[2].startswith("recall@10: ")
     assert "ms/query" in lines[3] and "of the 7.00 MiB budget" in lines[4] and lines[-1].startswith("wrote ")
-    code, text, _ = run_cli(["index", str(data_20k), "--out", str(out), "--max-memory", "7M", "--json", "-q", "--seed", "1"], capsys)
+    code, text, _ = run_cli_captured(["index", str(data_20k), "--out", str(out), "--max-memory", "7M", "--json", "-q", "--seed", "1"], capsys)
     report = json.loads(text)
     assert code == 0 and report["factory"] == "IVF256,Flat" and report["seed"] == 1 and report["tried"]
     assert report == {**json.loads(sidecar_path(out).read_text()), "estimated_bytes": report["estimated_bytes"], "tried": report["tried"]}
@@ -295,9 +290,9 @@ def test_dedup_with_index_file_matches_exact_dedup(tmp_path: Path, capsys: pytes
     out = tmp_path / "emb.faiss"
     assert main(["index", str(emb), "--out", str(out), "--max-memory", "1G", "-q"]) == 0
     capsys.readouterr()
-    code, exact, _ = run_cli(["dedup", str(emb), "-t", "0.99", "--json"], capsys)
+    code, exact, _ = run_cli_captured(["dedup", str(emb), "-t", "0.99", "--json"], capsys)
     assert code == 0
-    code, approx, err = run_cli(["dedup", str(emb), "-t", "0.99", "--json", "--index-file", str(out), "--show-scores"], capsys)
+    code, approx, err = run_cli_captured(["dedup", str(emb), "-t", "0.99", "--json", "--index-file", str(out), "--show-scores"], capsys)
     assert code == 0 and json.loads(approx) == json.loads(exact) == [
         ["/images/000007.jpg", "/images/000100.jpg"], ["/images/001500.jpg", "/images/002000.jpg", "/images/002001.jpg"]
     ]
@@ -307,7 +302,6 @@ def test_dedup_with_index_file_matches_exact_dedup(tmp_path: Path, capsys: pytes
 def test_search_uses_a_saved_index_and_refuses_another_ones(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
-    from test_search import embed_test_photos
 
     emb = embed_test_photos(tmp_path)
     photos = tmp_path / "photos"
@@ -325,7 +319,7 @@ def test_search_uses_a_saved_index_and_refuses_another_ones(tmp_path: Path, caps
     shutil.copy(tmp_path / "emb.paths.jsonl", tmp_path / "other.paths.jsonl")
     meta = json.loads((tmp_path / "emb.meta.json").read_text())
     (tmp_path / "other.meta.json").write_text(json.dumps({**meta, "model_name": "another"}))
-    code, out, err = run_cli(["search", str(other), "--query", query, "--index-file", str(index)], capsys)
+    code, out, err = run_cli_captured(["search", str(other), "--query", query, "--index-file", str(index)], capsys)
     assert code == 2 and out == ""
     assert_one_error_line(err, "built from other embeddings")
 
@@ -336,7 +330,6 @@ def test_search_uses_a_saved_index_and_refuses_another_ones(tmp_path: Path, caps
 @pytest.fixture()
 def photo_shards(tmp_path: Path) -> Path:
     """The test photos and a copy of photo2 embedded into a folder of shards of two images."""
-    from test_search import embed_test_photos
 
     return embed_test_photos(tmp_path, {"copy_of_photo2.jpg": "photo2.JPEG"}, out="shards/", extra=("--shard-size", "2"))
 
@@ -386,7 +379,7 @@ def test_shard_folder_index_search_and_dedup(photo_shards: Path, tmp_path: Path,
 
         patch.setattr(ShardSet, "load", whole)
         patch.setattr(cl_zoo.embedding, "load_embeddings", whole)
-        code, text, err = run_cli(["dedup", str(photo_shards), "-t", "0.9999", "--json", "--index-file", str(index), "--show-scores"], capsys)
+        code, text, err = run_cli_captured(["dedup", str(photo_shards), "-t", "0.9999", "--json", "--index-file", str(index), "--show-scores"], capsys)
         assert code == 0 and json.loads(text) == exact_groups and "approximate" in err and "nearest-neighbour similarity of 5" in err
 
 
@@ -394,7 +387,6 @@ def test_damaged_shard_folders_are_refused_and_leave_indexes_alone(photo_shards:
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import shutil
 
-    from test_search import embed_test_photos
 
     index = tmp_path / "shards.faiss"
     assert main(["index", str(photo_shards), "--out", str(index), "--max-memory", "64M", "-q"]) == 0
@@ -424,7 +416,7 @@ def test_damaged_shard_folders_are_refused_and_leave_indexes_alone(photo_shards:
         for args in (["index", str(folder), "--out", str(existing_index), "--max-memory", "64M"],
                      ["search", str(folder), "--query", query, "--index-file", str(index)],
                      ["dedup", str(folder), "-t", "0.9", "--index-file", str(index)]):
-            code, out, err = run_cli(args, capsys)
+            code, out, err = run_cli_captured(args, capsys)
             assert code != 0 and out == "", (name, args[0], err)
             assert_one_error_line(err, fragment)
         assert untouched(existing_index)

@@ -25,6 +25,7 @@ from cl_zoo.backends.int8 import Fidelity, calibration_sample, min_cosine, neigh
 from cl_zoo.embedding import extract_features
 from cl_zoo.errors import ClZooError
 from cl_zoo.precision import resolve_precision
+from tests.helpers import isolate_cache, tiny_model
 
 HAS_INT8 = int8_mod.int8_available()
 needs_int8 = pytest.mark.skipif(not HAS_INT8, reason="nncf/openvino are not installed (pip install 'cl-zoo[int8]')")
@@ -32,16 +33,8 @@ needs_int8 = pytest.mark.skipif(not HAS_INT8, reason="nncf/openvino are not inst
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "int8-cache"))
-
-
-def tiny_model() -> torch.nn.Module:
-    import dataclasses
-
-    torch.manual_seed(0)
-    model = cl_zoo.create_model("resnet18", width=0.25)
-    model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, input_size=(3, 32, 32), crop_pct=0.875)
-    return model.eval()
+    # a cache of its own: a test below counts the int8 records in the OpenVINO cache
+    isolate_cache(monkeypatch, tmp_path_factory.getbasetemp() / "int8-cache")
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +126,7 @@ def test_int8_is_never_a_silent_torch_fallback(monkeypatch: pytest.MonkeyPatch) 
 # ---------------------------------------------------------------------- end to end (NNCF + OpenVINO)
 @needs_int8
 def test_int8_features_are_close_and_recorded(images: list[str]) -> None:
-    model = tiny_model()
+    model = tiny_model(seed=0)
     fp32 = extract_features(model, images, precision="fp32", backend="openvino", workers=0)
     result = extract_features(model, images, precision="int8", backend="auto", workers=0, force_int8=True)
     assert (result.precision, result.backend) == ("int8", "openvino")
@@ -163,7 +156,7 @@ def test_int8_features_are_close_and_recorded(images: list[str]) -> None:
 @needs_int8
 def test_a_failed_gate_falls_back_to_float_in_one_warning(images: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Fidelity, "passed", property(lambda self: False))
-    model = tiny_model()
+    model = tiny_model(seed=0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = extract_features(model, images, precision="int8", backend="auto", workers=0)
@@ -178,7 +171,7 @@ def test_a_failed_gate_falls_back_to_float_in_one_warning(images: list[str], mon
 
 @needs_int8
 def test_too_few_images_to_check_fall_back_unless_forced(images: list[str]) -> None:
-    model = tiny_model()
+    model = tiny_model(seed=0)
     few = images[:20]
     with pytest.warns(UserWarning, match="too few to check int8"):
         result = extract_features(model, few, precision="int8", backend="auto", workers=0)
@@ -208,7 +201,7 @@ def test_cli_embed_int8_records_the_quantization(images: list[str], tmp_path: Pa
     from cl_zoo.cli import main as run_command
 
     folder = tmp_path / "model"
-    cl_zoo.save_pretrained(tiny_model(), folder)
+    cl_zoo.save_pretrained(tiny_model(seed=0), folder)
     listing = tmp_path / "list.txt"
     listing.write_text("\n".join(images) + "\n")
     out = tmp_path / "emb.npy"
@@ -251,7 +244,7 @@ def test_knn_int8_calibrates_on_train_and_caches_under_its_calibration(tmp_path:
                 tile = np.clip(np.array(colour) + rng.normal(0, 50, size=(8, 8, 3)), 0, 255).astype(np.uint8)
                 Image.fromarray(tile).resize((40, 40), Image.BILINEAR).save(folder / f"{i}.png")
     train, test = scan_image_folder(tmp_path / "train"), scan_image_folder(tmp_path / "test")
-    model = tiny_model()
+    model = tiny_model(seed=0)
     opts = dict(ks=(5,), temperature=0.1, workers=0, device="cpu", cache_dir=tmp_path / "features", precision="int8",
                 force_int8=True)
     first = evaluate_knn(model, train, test, **opts)

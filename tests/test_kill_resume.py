@@ -25,10 +25,10 @@ from PIL import Image
 from safetensors.torch import load_file
 
 import cl_zoo
+from tests.helpers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 KILLS = 5
 SEED = 15
 

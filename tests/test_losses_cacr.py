@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from loss_reference import cacr_ref, raw, unit
-from loss_reference import check as check_loops
+from tests.loss_reference import cacr_ref, raw, unit
+from tests.loss_reference import check as check_loops
 
 from cl_zoo.losses import CACRLoss, cacr_loss, cacr_multiview_loss
 
@@ -107,7 +107,7 @@ def test_bad_inputs_and_autocast() -> None:
 
 @pytest.mark.parametrize(("m", "num_views", "t_neg"), [(3, 2, 0.9), (4, 3, 2.0), (3, 5, 0.9)])
 def test_cross_view_option_matches_the_released_loops(m: int, num_views: int, t_neg: float) -> None:
-    from loss_reference import cacr_released_ref
+    from tests.loss_reference import cacr_released_ref
 
     views = [raw(m, 3, seed=20 + s) for s in range(num_views)]
     check(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from loss_reference import bank_nce_ref, bank_softmax_ref, info_nce_ref, raw
+from tests.loss_reference import bank_nce_ref, bank_softmax_ref, info_nce_ref, raw
 
 from cl_zoo.losses import CMCLoss, MemoryBank, bank_nce_loss, bank_softmax_loss, cmc_bank_loss, cmc_loss
 

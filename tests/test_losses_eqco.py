@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from loss_reference import check, eqco_ref, raw, unit
+from tests.loss_reference import check, eqco_ref, raw, unit
 
 from cl_zoo.losses import EqCoLoss, SiMoLoss, eqco_loss, eqco_margin, info_nce, simo_loss
 from cl_zoo.losses.eqco import _sample_other_indices
@@ -135,7 +135,7 @@ def test_autocast_bfloat16() -> None:
 
 @pytest.mark.parametrize(("n", "num", "margin"), [(5, 2, False), (6, 3, True), (4, 3, False)])
 def test_simo_released_options_match_the_released_loops(n: int, num: int, margin: bool) -> None:
-    from loss_reference import simo_released_ref
+    from tests.loss_reference import simo_released_ref
 
     q, key = raw(n, 4, seed=40), raw(n, 4, seed=41)
     slots = torch.randperm(n - 1, generator=torch.Generator().manual_seed(5))[:num].tolist()  # their draw

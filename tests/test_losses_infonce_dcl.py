@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from loss_reference import dcl_ref, dclw_weights_ref, info_nce_ref, nt_xent_ref, raw
+from tests.loss_reference import dcl_ref, dclw_weights_ref, info_nce_ref, nt_xent_ref, raw
 
 from cl_zoo.losses import DCLLoss, DCLWLoss, InfoNCELoss, NTXentLoss, dcl, dclw, dclw_weights, info_nce, nt_xent
 

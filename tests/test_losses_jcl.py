@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from loss_reference import jcl_ref
-from loss_reference import raw as _raw
+from tests.loss_reference import jcl_ref
+from tests.loss_reference import raw as _raw
 
 from cl_zoo.losses import JCLLoss, info_nce, jcl_loss, lambda_schedule
 

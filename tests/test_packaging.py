@@ -16,8 +16,9 @@ from cl_zoo.bundled import SOURCE_FOLDERS, bundled_folder
 from cl_zoo.errors import ClZooError
 from cl_zoo.registry import DEFAULT_MODEL
 from cl_zoo.train.recipe import RECIPES_DIR, Recipe, resolve_recipe_path
+from tests.helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 SETUPTOOLS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
 
 

@@ -32,9 +32,9 @@ from hypothesis import strategies as st
 
 from cl_zoo.convert.readers import _unwrap, safe_load_lightning
 from cl_zoo.errors import CheckpointError
-from test_pickle_hostile import (
-    EMPTY_DICT, MARK, NONE, POISONS, PROTO, REDUCE, SETITEMS, STOP, TUPLE1, TUPLE2, AttributeDict, glob,
-    hostile_pickle, lightning_names, text, with_pickle,
+from tests.lightning_stand_in import AttributeDict, lightning_names
+from tests.pickle_bytes import (
+    EMPTY_DICT, MARK, NONE, POISONS, PROTO, REDUCE, SETITEMS, STOP, TUPLE1, TUPLE2, glob, hostile_pickle, text, with_pickle,
 )
 
 FUZZ = settings(max_examples=int(os.environ.get("CL_ZOO_FUZZ_EXAMPLES", "500")), deadline=None,
@@ -46,7 +46,7 @@ SENTINEL_HITS: list[Any] = []
 
 
 def sentinel(*args: Any) -> None:
-    """What a pickle would call if anything were executed (``test_pickle_fuzz.sentinel``)."""
+    """What a pickle would call if anything were executed (``<this module>.sentinel``, by the name the tests package gives it)."""
     SENTINEL_HITS.append(args)
 
 
@@ -73,8 +73,8 @@ def _int(op: bytes, value: int, fmt: str) -> bytes:
 # Whole opcodes (with arguments) to insert or substitute: the benign vocabulary of torch.save's
 # pickles and the hostile one of the findings.
 FRAGMENTS = [
-    glob("test_pickle_fuzz", "sentinel") + text("ran") + TUPLE1 + REDUCE,
-    glob("test_pickle_fuzz", "sentinel"), glob("posix", "system"), glob("builtins", "eval"),
+    glob(__name__, "sentinel") + text("ran") + TUPLE1 + REDUCE,
+    glob(__name__, "sentinel"), glob("posix", "system"), glob("builtins", "eval"),
     glob("subprocess", "Popen"), glob("builtins", "bytearray"), glob("torch", "Tensor"),
     glob("torch._utils", "_rebuild_tensor_v2"), glob("torch._utils", "_rebuild_parameter"),
     glob("torch", "FloatStorage"), glob("torch", "HalfStorage"), glob("torch", "bfloat16"),
@@ -161,7 +161,7 @@ def benign_pickle(base: Path) -> bytes:
 
 def hostile_seeds() -> list[bytes]:
     memo = PROTO + EMPTY_DICT + _int(b"r", 2**30, "<I") + MARK + text("m") + _int(b"j", 2**30, "<I") + SETITEMS + STOP
-    calls = PROTO + EMPTY_DICT + MARK + text("x") + glob("test_pickle_fuzz", "sentinel") + text("ran") + TUPLE1 + REDUCE \
+    calls = PROTO + EMPTY_DICT + MARK + text("x") + glob(__name__, "sentinel") + text("ran") + TUPLE1 + REDUCE \
         + text("y") + glob("argparse", "Namespace") + NONE + TUPLE2 + REDUCE + SETITEMS + STOP
     return [hostile_pickle(ops, system) for ops in POISONS.values() for system in (True, False)] + [memo, calls]
 

@@ -16,10 +16,9 @@ from PIL import Image
 
 from cl_zoo.cli import main
 from cl_zoo.eval import grids, plots
-from test_optional_dependencies import expect_extra, hide, one_error_line
-from test_search import embed_test_photos
+from tests.helpers import REPO_ROOT, TINY_PRETRAIN as TINY, embed_test_photos, expect_extra, hide, make_folder, one_error_line
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 sys.path.insert(0, str(REPO / "scripts"))
 import cpu_tier_table  # noqa: E402
 import plot_methods  # noqa: E402
@@ -235,7 +234,6 @@ def test_committed_figures_are_small(name: str) -> None:
 
 
 def test_pretrain_titles_curves_png_with_data_epochs_and_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from test_pretrain import TINY, make_folder
 
     monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path / "cache"))
     seen = []

@@ -5,39 +5,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
-from PIL import Image
 
 from cl_zoo.cli import main
 from cl_zoo.errors import ClZooError
 from cl_zoo.train.recipe import Recipe
+from tests.helpers import TINY_PRETRAIN, make_folder, run_cli_captured
 
-TINY = [  # a ~40k-parameter DCL: raw pixels -> small MLP head (no BatchNorm anywhere)
-    "--arch", "pixels", "--set", "model_args.input_size=16", "--set", "method_args.head_hidden_dim=32",
-    "--set", "method_args.head_out_dim=16", "--set", "data.augment=cifar", "--image-size", "16",
-]
-
-
-def make_folder(root: Path, classes: int = 3, per_class: int = 16, size: int = 20, seed: int = 0) -> Path:
-    """Class-coloured noise images: separable enough for the kNN monitor to beat chance."""
-    rng = np.random.default_rng(seed)
-    for c in range(classes):
-        (root / f"class{c}").mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            base = np.zeros(3)
-            base[c % 3] = 150
-            img = np.clip(rng.normal(base + 50, 30, (size, size, 3)), 0, 255).astype(np.uint8)
-            Image.fromarray(img).save(root / f"class{c}" / f"{i:03d}.png")
-    return root
-
-
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-    torch.set_num_threads(1)
+TINY = TINY_PRETRAIN
+pytestmark = pytest.mark.usefixtures("isolated_cache", "one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +23,9 @@ def folder(tmp_path_factory) -> Path:
     return make_folder(tmp_path_factory.mktemp("data") / "train")
 
 
-def run_cli(args: list[str], capsys) -> tuple[int, str]:
-    code = main(["pretrain", "--no-progress", *args])
-    captured = capsys.readouterr()
-    return code, captured.err.strip()
+def run_pretrain(args: list[str], capsys) -> tuple[int, str]:
+    code, _, err = run_cli_captured(["pretrain", "--no-progress", *args], capsys)
+    return code, err.strip()
 
 
 # ---------------------------------------------------------------------- recipe
@@ -127,7 +104,7 @@ def test_bad_input_is_one_line_before_training(tmp_path, folder, capsys):
          "batch must be at least K+1=17"),
     ]
     for args, words in cases:
-        code, err = run_cli([*args, "--out", str(out)], capsys)
+        code, err = run_pretrain([*args, "--out", str(out)], capsys)
         assert code == 2, (args, err)
         assert err.startswith("error:") and "\n" not in err and words in err, (args, err)
         assert not (out / "checkpoint.pt").exists()
@@ -136,7 +113,7 @@ def test_bad_input_is_one_line_before_training(tmp_path, folder, capsys):
     (bad / "a" / "x.jpg").write_bytes(b"not a jpeg")
     (bad / "b").mkdir()
     (bad / "b" / "y.jpg").write_bytes(b"nor this")
-    code, err = run_cli(["--method", "dcl", *TINY, "--data", str(bad), "--batch-size", "2", "--out", str(out)], capsys)
+    code, err = run_pretrain(["--method", "dcl", *TINY, "--data", str(bad), "--batch-size", "2", "--out", str(out)], capsys)
     assert code == 2 and "cannot decode image" in err and "\n" not in err
 
 
@@ -145,7 +122,7 @@ def test_pretrain_end_to_end_exports_model(tmp_path, folder, capsys):
     import cl_zoo
 
     out = tmp_path / "run"
-    code, err = run_cli(["--method", "dcl", *TINY, "--data", str(folder), "--val", str(folder), "--epochs", "2",
+    code, err = run_pretrain(["--method", "dcl", *TINY, "--data", str(folder), "--val", str(folder), "--epochs", "2",
                          "--batch-size", "16", "--lr", "0.5", "--knn-every", "1", "--seed", "3", "--out", str(out)], capsys)
     assert code == 0, err
     rows = (out / "metrics.csv").read_text().splitlines()
@@ -165,7 +142,7 @@ def test_pretrain_end_to_end_exports_model(tmp_path, folder, capsys):
     assert state["epoch"] == 2 and state["method"] == "dcl" and "rng" in state and "optimizer" in state
     assert model.pretrained_cfg.input_size == (3, 16, 16)
     # A second run into the same folder needs --resume.
-    code, err = run_cli(["--method", "dcl", *TINY, "--data", str(folder), "--out", str(out)], capsys)
+    code, err = run_pretrain(["--method", "dcl", *TINY, "--data", str(folder), "--out", str(out)], capsys)
     assert code == 2 and "--resume" in err
 
 

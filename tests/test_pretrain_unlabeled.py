@@ -9,18 +9,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from cl_zoo.checkpoint.usage import check_usage
 from cl_zoo.cli import main
 from cl_zoo.data.folder import content_fingerprint, open_image_folder
 from cl_zoo.errors import DataError
+from tests.helpers import TINY_PRETRAIN
 
-TINY = [  # a ~40k-parameter DCL on raw 16 px pixels: seconds per epoch on a CPU
-    "--arch", "pixels", "--set", "model_args.input_size=16", "--set", "method_args.head_hidden_dim=32",
-    "--set", "method_args.head_out_dim=16", "--set", "data.augment=cifar", "--image-size", "16",
-    "--epochs", "1", "--batch-size", "8", "--no-progress", "--workers", "0",
+TINY = [  # tests.helpers' tiny DCL, one epoch
+    *TINY_PRETRAIN, "--epochs", "1", "--batch-size", "8", "--no-progress", "--workers", "0",
 ]
 
 
@@ -32,10 +30,7 @@ def write_images(folder: Path, names: list[str], seed: int = 0) -> None:
         Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(path)
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
-    torch.set_num_threads(1)
+pytestmark = pytest.mark.usefixtures("isolated_cache", "one_thread")
 
 
 def test_flat_and_nested_folders_open_unlabeled(tmp_path: Path) -> None:

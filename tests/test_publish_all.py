@@ -20,8 +20,10 @@ import cl_zoo
 from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, WEIGHTS_NAME, sha256_file
 from cl_zoo.cli import main
 
-from hub_server import FakeHub, serve
-from test_hub import TOKEN, assert_same_state, tiny_model
+from tests.hub_server import FakeHub, serve
+from tests.helpers import assert_same_state, tiny_cifar_model
+
+TOKEN = "hf_publish_all_token"
 
 NS = "zoo-test"
 NAMES = ("dcl_resnet18_cifar.tiny_a", "jcl_resnet18_cifar.tiny_b", "simclr_resnet18_cifar.tiny_c")  # sorted: the order published
@@ -35,7 +37,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 
 def make_zoo(root: Path, names: tuple[str, ...] = NAMES) -> Path:
     for seed, name in enumerate(names):
-        cl_zoo.save_pretrained(tiny_model(seed), root / name)
+        cl_zoo.save_pretrained(tiny_cifar_model(seed), root / name)
     (root / "not-a-checkpoint").mkdir()  # no config.json: not published
     return root
 

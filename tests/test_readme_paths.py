@@ -7,8 +7,9 @@ import fnmatch
 import re
 import shlex
 from pathlib import Path
+from tests.helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 

@@ -5,21 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-import numpy as np
-from PIL import Image
+from tests.helpers import REPO_ROOT, make_folder
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def make_folder(root: Path, classes: int = 3, per_class: int = 16) -> Path:
-    rng = np.random.default_rng(1)
-    for c in range(classes):
-        (root / f"c{c}").mkdir(parents=True)
-        for i in range(per_class):
-            Image.fromarray(rng.integers(0, 255, (20, 20, 3), dtype=np.uint8)).save(root / f"c{c}" / f"{i}.png")
-    return root
+ROOT = REPO_ROOT
 
 
 def test_replay_prints_each_step_with_the_schedule_and_health_logs(tmp_path):

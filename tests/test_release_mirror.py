@@ -27,9 +27,10 @@ from cl_zoo.errors import CheckpointError
 from cl_zoo.models.releases import MIRRORS, REDISTRIBUTION, RELEASES, HubSource, Mirror, UrlSource
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
-from hub_server import FakeHub, serve
-from test_hub import TOKEN
-from test_import_official import cacr_file
+from tests.hub_server import FakeHub, serve
+from tests.official_checkpoints import cacr_file
+
+TOKEN = "hf_release_mirror_token"
 
 CACR = "cacr_resnet50.in1k_official"
 NAME = "cacr_resnet18.test_mirror"

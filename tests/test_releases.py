@@ -34,9 +34,9 @@ from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.models.releases import RELEASES, HubSource, UrlSource, _lightly_reported
 from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
 
-from hub_server import Commit, FakeHub, Repo, serve
-from lightning_stand_in import AttributeDict, lightning_names
-from test_import_official import cacr_file
+from tests.hub_server import Commit, FakeHub, Repo, serve
+from tests.lightning_stand_in import AttributeDict, lightning_names
+from tests.official_checkpoints import cacr_file
 
 CACR = "cacr_resnet50.in1k_official"
 

@@ -8,12 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from cl_zoo.errors import ClZooError
+from tests.helpers import make_folder
 
 # ResNet (BatchNorm buffers), SGD momentum state and a cosine schedule: everything resume must restore.
 ARGS = [
@@ -23,17 +22,6 @@ ARGS = [
     "--lr", "0.3", "--knn-every", "0", "--workers", "1", "--no-progress",
 ]
 STEPS_PER_EPOCH = 3  # 48 images / batch 16
-
-
-def make_folder(root: Path, classes: int = 3, per_class: int = 16, size: int = 20) -> Path:
-    rng = np.random.default_rng(1)
-    for c in range(classes):
-        (root / f"c{c}").mkdir(parents=True, exist_ok=True)
-        for i in range(per_class):
-            img = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
-            img[..., c] = 255
-            Image.fromarray(img).save(root / f"c{c}" / f"{i}.png")
-    return root
 
 
 @pytest.fixture(scope="module")

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
-import cl_zoo
 from cl_zoo.cli import main
 from cl_zoo.errors import DataError
 from cl_zoo.search import build_index, dedup_groups, load_index, save_index, search, similar_pairs
+from tests.helpers import embed_test_photos
 
-DATA = Path(__file__).parent / "data" / "embed"
 
 
 def clustered(n_clusters: int = 8, per: int = 40, dim: int = 16, seed: int = 0) -> np.ndarray:
@@ -74,30 +70,6 @@ def test_dedup_groups_transitive_and_inclusive_threshold() -> None:
     rows, cols, sims = similar_pairs(x, 0.96 - 1e-6)
     assert {(int(i), int(j)) for i, j in zip(rows, cols)} == {(0, 2), (3, 4), (4, 5)}
     assert dedup_groups(np.array([[1.0, 0.0], [1.0, 0.0]], np.float32), 1.0) == [[0, 1]]  # ">=" holds at 1.0
-
-
-def embed_test_photos(
-    tmp_path: Path, copies: dict[str, str] | None = None, *, out: str = "emb.npy", extra: tuple[str, ...] = (), seed: int = 0
-) -> Path:
-    """The four test photos (plus ``copies``: new name -> photo) embedded by a seeded quarter-width
-    ResNet-18 at 32 px into ``tmp_path/emb.npy``; the model is saved in ``tmp_path/model``.
-
-    ``out="shards/"`` (with ``extra=("--shard-size", "2")``, say) writes a shard folder instead;
-    another ``seed`` is another model, for folders that must not mix.
-    """
-    torch.manual_seed(seed)
-    model = cl_zoo.create_model("resnet18", width=0.25)
-    model.pretrained_cfg = dataclasses.replace(model.pretrained_cfg, input_size=(3, 32, 32))
-    cl_zoo.save_pretrained(model, tmp_path / "model")
-    photos = tmp_path / "photos"
-    photos.mkdir()
-    for name in ["photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp"]:
-        shutil.copy(DATA / name, photos / name)
-    for name, source in (copies or {}).items():
-        shutil.copy(DATA / source, photos / name)
-    target = f"{tmp_path}/{out}"  # a trailing slash (a shard folder) survives
-    assert main(["embed", str(photos), "-m", str(tmp_path / "model"), "-o", target, "-j", "0", "-q", *extra]) == 0
-    return tmp_path / out
 
 
 def test_search_and_dedup_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

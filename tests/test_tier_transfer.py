@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from cl_zoo.cli import main
+from tests.helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 CARDS = REPO / "model_cards"
 sys.path.insert(0, str(REPO / "scripts"))
 import bundle_cpu_tier  # noqa: E402

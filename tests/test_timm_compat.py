@@ -23,11 +23,12 @@ from cl_zoo.checkpoint import INDEX_NAME, read_config
 from cl_zoo.checkpoint.timm_compat import TIMM_PRETRAINED_FIELDS, timm_architecture
 from cl_zoo.registry import DEFAULT_MODEL
 
-from hub_server import FakeHub, online
+from tests.hub_server import FakeHub, online
+from tests.helpers import REPO_ROOT
 
 timm = pytest.importorskip("timm", reason="timm is in the test extra: pip install -e '.[test]'")
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 CARDS = REPO / "model_cards"
 FOLDERS = sorted(p for p in CARDS.iterdir() if (p / "config.json").is_file())
 TIMM_FOLDERS = [p for p in FOLDERS if timm_architecture(read_config(p))]

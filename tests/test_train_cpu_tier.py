@@ -17,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from tests.helpers import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 SCRIPT = ROOT / "scripts" / "train_cpu_tier.sh"
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from tests.helpers import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def _archive(tmp_path: Path) -> Path:

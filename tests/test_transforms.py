@@ -21,8 +21,9 @@ from PIL import Image
 import cl_zoo
 from cl_zoo.checkpoint.hub import find_bundled
 from cl_zoo.registry import DEFAULT_MODEL, PretrainedCfg, find_arch, get_pretrained, list_models
+from tests.helpers import EXAMPLE_PHOTOS_DIR
 
-PHOTOS = sorted((Path(__file__).resolve().parents[1] / "examples" / "photos").glob("*.jpg"))
+PHOTOS = sorted(EXAMPLE_PHOTOS_DIR.glob("*.jpg"))
 # One uint8 level after normalisation, for the channel with the smallest std.
 ONE_LEVEL = 1.0 / (255 * min(PretrainedCfg().std)) + 1e-5
 

@@ -18,10 +18,11 @@ from cl_zoo.checkpoint.hub import ZOO_NAMESPACE, zoo_repo_id
 from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.registry import DEFAULT_MODEL, get_pretrained, list_models
 
-from hub_server import FakeHub, serve
+from tests.hub_server import FakeHub, serve
+from tests.helpers import EXAMPLE_PHOTOS_DIR, REPO_ROOT
 
 TOKEN = "hf_zoo_hub_token"
-CARDS = Path(__file__).resolve().parents[1] / "model_cards"
+CARDS = REPO_ROOT / "model_cards"
 NAME = "dcl_resnet18.imagenette64_cpu"  # not the default: a wheel does not bundle it
 
 
@@ -90,7 +91,7 @@ def test_offline_and_not_cached_says_where_it_comes_from_in_one_line(
     assert "CL_ZOO_MODEL_CARDS" in message and DEFAULT_MODEL in message
     from cl_zoo.cli import main
 
-    photos = Path(__file__).resolve().parents[1] / "examples" / "photos"
+    photos = EXAMPLE_PHOTOS_DIR
     assert main(["embed", str(photos), "--model", NAME, "--out", str(tmp_path / "x.npy")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "CL_ZOO_MODEL_CARDS" in err[0]
