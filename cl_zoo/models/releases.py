@@ -3,7 +3,7 @@
 Each :class:`Release` lists its *sources* in the order they are tried (a Hugging Face Hub file
 first where the publisher put one there, then the publisher's own URL). Every URL, repo id, file
 name, revision and checksum below is copied verbatim from the page named beside it, and that
-page's line is kept in ``quote`` (``tests/test_import_official.py`` checks that each value
+page's line is kept in ``quote`` (``tests/convert/test_import_official.py`` checks that each value
 appears in its quote, so an edit that drifts from the page fails). Nothing here is derived: where
 a direct-download address differs from the published link (Google Drive's viewer page, a Dropbox
 shared folder), :func:`cl_zoo.convert.sources.direct_url` rewrites it at download time, in code

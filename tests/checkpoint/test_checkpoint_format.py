@@ -1,6 +1,6 @@
 """Checkpoint format 2 (issue 22): config.json is a timm config plus cl-zoo's own top-level keys, the
 weights are one model.safetensors, and format-1 folders (every field in pretrained_cfg, 15 MB
-shards) still load unchanged. The real timm is exercised in tests/test_timm_compat.py."""
+shards) still load unchanged. The real timm is exercised in tests/checkpoint/test_timm_compat.py."""
 
 from __future__ import annotations
 

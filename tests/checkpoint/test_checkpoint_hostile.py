@@ -22,7 +22,6 @@ from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
 
 from tests.helpers import EXAMPLE_PHOTOS_DIR, edit_config, fake_cache_repo, repin, tiny_checkpoint_model
-from tests.test_checkpoint_untrusted import saved  # noqa: F401 (a fixture; moves to a conftest with the layout)
 
 PHOTOS = EXAMPLE_PHOTOS_DIR
 

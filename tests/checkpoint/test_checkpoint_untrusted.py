@@ -30,11 +30,6 @@ def edit_tensor(folder: Path, key: str, value: Callable[[torch.Tensor], torch.Te
 
 
 @pytest.fixture
-def saved(tmp_path: Path) -> Path:
-    return cl_zoo.save_pretrained(tiny_checkpoint_model(), tmp_path / "ckpt")
-
-
-@pytest.fixture
 def sharded(tmp_path: Path) -> Path:
     return cl_zoo.save_pretrained(tiny_checkpoint_model(1), tmp_path / "trav", max_shard_size="60KB")
 

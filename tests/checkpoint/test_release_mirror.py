@@ -2,7 +2,7 @@
 (licence permitting), and a mirror recorded in MIRRORS is the release's last source, its weights
 checked against the recorded sha256.
 
-The release is a local stand-in built as in ``tests/test_releases.py``: CACR's registered sources
+The release is a local stand-in built as in ``tests/models/test_releases.py``: CACR's registered sources
 (its real Hub repo id, which the fake Hub does not have, then a ``file://`` URL serving a
 ResNet-18 checkpoint in CACR's layout), so "the publisher is gone" is simply deleting that file.
 """
