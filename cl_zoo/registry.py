@@ -172,6 +172,11 @@ def register_pretrained(
     return entry
 
 
+def unregister_pretrained(name: str) -> PretrainedEntry | None:
+    """Remove a name registered at run time (a plug-in's or a test's stand-in), so it stops resolving; None if absent."""
+    return _PRETRAINED.pop(name, None)
+
+
 def _ensure_loaded() -> None:
     # Importing the models package runs every @register_model and the pretrained table.
     import cl_zoo.models  # noqa: F401

@@ -423,9 +423,9 @@ def test_fuzz_list_readers(name: str, changes: list[tuple[str, float, object]]) 
             if reader == "parse":
                 cells = images.parse_path_list(data, name)
             else:
-                from cl_zoo.embedding.inputs import _join
+                from cl_zoo.embedding.inputs import join_list_entry
 
-                cells = [_join(f"http://h/{name}", c) for c in images.parse_path_list(data, f"http://h/{name}")]
+                cells = [join_list_entry(f"http://h/{name}", c) for c in images.parse_path_list(data, f"http://h/{name}")]
                 assert all(c.startswith(("http://", "https://")) for c in cells)
         except DataError as exc:
             assert "\n" not in str(exc)

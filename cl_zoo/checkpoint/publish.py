@@ -700,7 +700,7 @@ def mirror_info(release: Any) -> dict[str, Any]:
     }
 
 
-def _provenance(release: Any, info: dict[str, Any], origin: str | None) -> str:
+def mirror_provenance(release: Any, info: dict[str, Any], origin: str | None) -> str:
     quote = " / ".join(line.strip() for line in release.licence_quote.splitlines())
     lines = [
         f"This repository is a copy of the release `{release.name}`, published by {release.trained_by}. "
@@ -753,7 +753,7 @@ def stage_mirror(name: str, dest: str | os.PathLike[str]) -> Path:
             except OSError:
                 shutil.copy2(source / member, dest / member)
     (dest / CONFIG_NAME).write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
-    sections = {"Provenance": _provenance(release, info, config.get("origin"))}
+    sections = {"Provenance": mirror_provenance(release, info, config.get("origin"))}
     if (source / CARD_NAME).is_file():  # the conversion's sections: who trained it, reported results, origin
         kept = extra_sections((source / CARD_NAME).read_text(encoding="utf-8"))
         sections.update({title: text for title, text in kept.items() if title != "Provenance"})

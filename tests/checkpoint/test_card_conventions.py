@@ -177,7 +177,7 @@ def test_both_snippets_push_a_real_photo_through_the_same_preprocessing_to_the_s
     becomes (to one 8-bit level) the same input tensor, and the same network gives the same features."""
     pytest.importorskip("timm", reason="timm is an optional extra (pip install cl-zoo[timm])")
     from cl_zoo.checkpoint.card import SAMPLE_IMAGE_URL
-    from cl_zoo.checkpoint.usage import _local_sample_image
+    from cl_zoo.checkpoint.usage import local_sample_image
 
     card = (resnet18_folder / CARD_NAME).read_text(encoding="utf-8")
     ours, theirs = usage_blocks(card, every=True)
@@ -186,7 +186,7 @@ def test_both_snippets_push_a_real_photo_through_the_same_preprocessing_to_the_s
     run: list[dict[str, Any]] = []
     for block in (ours, theirs):
         namespace: dict[str, Any] = {}
-        exec(compile(_local_sample_image(block, tmp_path), "card block", "exec"), namespace)  # the card's text
+        exec(compile(local_sample_image(block, tmp_path), "card block", "exec"), namespace)  # the card's text
         run.append(namespace)
     zoo, tm = run
     assert not zoo["model"].training and not tm["model"].training

@@ -21,7 +21,7 @@ from cl_zoo.checkpoint import INDEX_NAME, WEIGHTS_NAME, sha256_file
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.checkpoint.publish import publish_folder
-from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
+from cl_zoo.registry import PretrainedCfg, register_pretrained, unregister_pretrained
 
 from tests.helpers import assert_same_state, tiny_cifar_model
 from tests.hub_server import FakeHub, online, serve
@@ -131,8 +131,8 @@ def test_registered_entry_pins_revision_and_sha256(hub: FakeHub, folder: Path) -
             cl_zoo.create_model("test_resnet18_cifar.hubbad", pretrained=True)
         assert "\n" not in str(info.value) and "hf-hub:alice/pinned" in str(info.value)
     finally:
-        _PRETRAINED.pop("test_resnet18_cifar.hubgood", None)
-        _PRETRAINED.pop("test_resnet18_cifar.hubbad", None)
+        unregister_pretrained("test_resnet18_cifar.hubgood")
+        unregister_pretrained("test_resnet18_cifar.hubbad")
 
 
 def test_missing_repo_and_revision(hub: FakeHub, folder: Path) -> None:

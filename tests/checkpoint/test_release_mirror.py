@@ -21,11 +21,11 @@ import torch
 import cl_zoo
 from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, WEIGHTS_NAME
 from cl_zoo.checkpoint.card import parse_front_matter
-from cl_zoo.checkpoint.publish import _provenance, mirror_info
+from cl_zoo.checkpoint.publish import mirror_info, mirror_provenance
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
 from cl_zoo.models.releases import MIRRORS, REDISTRIBUTION, RELEASES, HubSource, Mirror, UrlSource
-from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
+from cl_zoo.registry import PretrainedCfg, register_pretrained, unregister_pretrained
 
 from tests.hub_server import FakeHub, serve
 from tests.official_checkpoints import cacr_file
@@ -57,7 +57,7 @@ def release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[A
     register_pretrained(NAME, "resnet18", PretrainedCfg(url=url.url, method="cacr", license="mit",
                                                         metrics=dict(stand_in.reported)))
     yield stand_in, path
-    _PRETRAINED.pop(NAME, None)
+    unregister_pretrained(NAME)
 
 
 def features(model: torch.nn.Module) -> torch.Tensor:
@@ -222,7 +222,7 @@ def test_cc_by_nc_mirrors_are_allowed_and_carry_the_noncommercial_terms() -> Non
     info = mirror_info(moco)
     assert info["base_model"] is None  # its only source is a URL
     assert info["pages"] == [moco.sources[0].page] and info["licence_quote"] == moco.licence_quote
-    text = _provenance(moco, info, moco.sources[0].url)
+    text = mirror_provenance(moco, info, moco.sources[0].url)
     assert "Non-commercial use only" in text and "NON-COMMERCIAL purposes only" in text
     assert "https://creativecommons.org/licenses/by-nc/4.0/" in text and moco.licence_page in text
     assert isinstance(RELEASES[CACR].sources[0], HubSource) and mirror_info(RELEASES[CACR])["base_model"] == "hjzheng/CACR"

@@ -12,7 +12,7 @@ import click
 import numpy as np
 import pytest
 
-from cl_zoo.cli import _COMMANDS, cli, main
+from cl_zoo.cli import cli, main
 from cl_zoo.registry import DEFAULT_MODEL
 from tests.helpers import EXAMPLE_PHOTOS_DIR, TINY_PRETRAIN as TINY, make_folder
 
@@ -159,7 +159,7 @@ def test_models_pretrained_says_where_each_checkpoint_loads_from(tmp_path: Path,
 def all_commands() -> list[tuple[str, click.Command]]:
     found = []
     ctx = click.Context(cli)
-    for name in sorted(_COMMANDS):
+    for name in cli.list_commands(ctx):
         command = cli.get_command(ctx, name)
         assert command is not None
         if isinstance(command, click.Group):

@@ -28,7 +28,7 @@ from cl_zoo.convert import sources
 from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.models.releases import RELEASES, Release, UrlSource
 from cl_zoo.ops.color import normalize_lab, rgb_to_lab
-from cl_zoo.registry import _PRETRAINED, PretrainedCfg, build_arch, register_pretrained
+from cl_zoo.registry import PretrainedCfg, build_arch, get_pretrained, register_pretrained, unregister_pretrained
 from tests.helpers import run_cli
 from tests.official_checkpoints import MoCoRef, MoCoV3Ref, MyResNetsCMC, cacr_file, cmc_file, moco_file
 
@@ -149,7 +149,7 @@ def test_full_resnet50_layouts_route_every_key(fmt: str) -> None:
         ref = MoCoV3Ref(depth=50, dim=256, mlp_dim=4096) if fmt == "cacr" else MoCoRef(depth=50, K=65536, mlp=True)
         ours = build_arch("resnet50")
     state = {"module." + k: v for k, v in ref.state_dict().items()}
-    stripped, _ = conv._strip_dp(state)
+    stripped, _ = conv.strip_dp(state)
     backbone, dropped, _ = conv.LAYOUTS[fmt].split(stripped, Path("x"), fmt)
     assert _shapes(backbone) == _shapes(ours.state_dict())
     assert sum(dropped.values()) + len(backbone) == len(state)
@@ -164,7 +164,7 @@ def test_full_cmc_layouts_every_width(width: float, arch: str, features: int) ->
         ref = MyResNetsCMC(width)
         ours = build_arch(arch)
     backbone, dropped, _ = conv.LAYOUTS["cmc"].split(ref.state_dict(), Path("x"), "cmc")
-    assert conv._infer_cmc_arch(backbone, Path("x")) == arch
+    assert conv.infer_cmc_arch(backbone, Path("x")) == arch
     assert _shapes(backbone) == _shapes(ours.state_dict())
     assert dropped == {"projection heads (fc)": 4}
     assert tuple(ref.state_dict()["encoder.module.l_to_ab.conv1.weight"].shape) == (64, 1, 7, 7)  # stem stays 64 wide
@@ -268,7 +268,7 @@ def test_registry_entries_are_honest() -> None:
             "mocov2_resnet50.in1k_800ep_official", "mocov1_resnet50.in1k_official", "dcl_resnet50.in1k_lightly",
             "dclw_resnet50.in1k_lightly", "simclr_resnet50.in1k_lightly", "mocov2_resnet50.in1k_100ep_lightly"} <= set(names)
     for name, release in RELEASES.items():
-        cfg = _PRETRAINED[name].cfg
+        cfg = get_pretrained(name).cfg
         assert cfg.url and release.sources and cfg.sha256 == {}
         assert cfg.license and cfg.metrics and cfg.paper and release.recipe and release.trained_by
         assert cfg.notes.startswith(f"Trained by {release.trained_by}")
@@ -277,7 +277,7 @@ def test_registry_entries_are_honest() -> None:
     assert isinstance(moco, UrlSource) and moco.md5_prefix == "59fd9945"
     assert RELEASES["jcl_resnet50.in1k_official"].sources[0].url == (
         "https://github.com/anonymouszyx/JCL/releases/download/v1/checkpoint_0199.pth.tar")
-    assert _PRETRAINED["cmc_resnet50x05_lab.in1k_official"].cfg.mean == (0.0, 0.0, 0.0)  # the model converts to Lab
+    assert get_pretrained("cmc_resnet50x05_lab.in1k_official").cfg.mean == (0.0, 0.0, 0.0)  # the model converts to Lab
 
 
 def test_offline_error_is_one_line_and_names_the_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -328,7 +328,7 @@ def file_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
 
     yield make, md5, ref
     for name in created:
-        _PRETRAINED.pop(name, None)
+        unregister_pretrained(name)
 
 
 def test_registered_source_downloads_verifies_converts_and_caches(tmp_path: Path, file_release: Any) -> None:

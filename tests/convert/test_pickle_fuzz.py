@@ -30,7 +30,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cl_zoo.convert.readers import _unwrap, safe_load_lightning
+from cl_zoo.convert.readers import safe_load_lightning, unwrap_state
 from cl_zoo.errors import CheckpointError
 from tests.lightning_stand_in import AttributeDict, lightning_names
 from tests.pickle_bytes import (
@@ -172,7 +172,7 @@ def check(path: Path) -> str:
     started = time.monotonic()
     try:
         top = safe_load_lightning(path)
-        state, _, _ = _unwrap(top, ("state_dict",), path, "lightly")
+        state, _, _ = unwrap_state(top, ("state_dict",), path, "lightly")
         assert all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items())
         outcome = "loaded"
     except CheckpointError as exc:

@@ -9,7 +9,7 @@ import torch
 from tests.loss_reference import check, eqco_ref, raw, unit
 
 from cl_zoo.losses import EqCoLoss, SiMoLoss, eqco_loss, eqco_margin, info_nce, simo_loss
-from cl_zoo.losses.eqco import _sample_other_indices
+from cl_zoo.losses.eqco import sample_other_indices
 
 
 def test_margin_is_eq5() -> None:
@@ -79,18 +79,18 @@ def test_simo_symmetric_averages_both_directions() -> None:
 
 def test_sampled_negatives_are_distinct_other_keys_and_reproducible() -> None:
     n, num = 7, 4
-    idx = _sample_other_indices(n, num, torch.Generator().manual_seed(0), torch.device("cpu"))
+    idx = sample_other_indices(n, num, torch.Generator().manual_seed(0), torch.device("cpu"))
     assert idx.shape == (n, num)
     for i in range(n):
         row = idx[i].tolist()
         assert len(set(row)) == num and i not in row and all(0 <= j < n for j in row)
-    again = _sample_other_indices(n, num, torch.Generator().manual_seed(0), torch.device("cpu"))
+    again = sample_other_indices(n, num, torch.Generator().manual_seed(0), torch.device("cpu"))
     assert torch.equal(idx, again)
     # Every other key gets drawn over many draws (uniform over j != i, not a fixed window).
     seen = set()
     g = torch.Generator().manual_seed(2)
     for _ in range(60):
-        many = _sample_other_indices(n, 1, g, torch.device("cpu"))
+        many = sample_other_indices(n, 1, g, torch.device("cpu"))
         seen.add(int(many[0, 0]))
     assert seen == set(range(1, n))
 
@@ -98,7 +98,7 @@ def test_sampled_negatives_are_distinct_other_keys_and_reproducible() -> None:
 def test_simo_sampled_matches_loops_on_the_same_sample() -> None:
     n, num = 6, 2
     q, key = raw(n, 4, seed=14), raw(n, 4, seed=15)
-    idx = _sample_other_indices(n, num, torch.Generator().manual_seed(3), torch.device("cpu"))
+    idx = sample_other_indices(n, num, torch.Generator().manual_seed(3), torch.device("cpu"))
     check(
         lambda a, b: simo_loss(a, b, 0.2, 256.0, num, torch.Generator().manual_seed(3)),
         lambda a, b: eqco_ref(unit(a), unit(b), [[unit(b)[int(j)] for j in idx[i]] for i in range(n)], 0.2, 256.0),
@@ -150,10 +150,10 @@ def test_simo_released_options_match_the_released_loops(n: int, num: int, margin
 
 
 def test_shared_sampling_uses_one_slot_list_for_every_query() -> None:
-    from cl_zoo.losses.eqco import _shared_other_indices
+    from cl_zoo.losses.eqco import shared_other_indices
 
     n, num = 7, 3
-    idx = _shared_other_indices(n, num, torch.Generator().manual_seed(1), torch.device("cpu"))
+    idx = shared_other_indices(n, num, torch.Generator().manual_seed(1), torch.device("cpu"))
     slots = torch.randperm(n - 1, generator=torch.Generator().manual_seed(1))[:num]
     for i in range(n):
         others = [j for j in range(n) if j != i]

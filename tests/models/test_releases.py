@@ -31,8 +31,8 @@ from cl_zoo.cli import main
 from cl_zoo.convert import sources
 from cl_zoo.convert.readers import safe_load_lightning
 from cl_zoo.errors import CheckpointError, HubError
-from cl_zoo.models.releases import RELEASES, HubSource, UrlSource, _lightly_reported
-from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
+from cl_zoo.models.releases import RELEASES, HubSource, UrlSource, lightly_reported
+from cl_zoo.registry import PretrainedCfg, register_pretrained, unregister_pretrained
 
 from tests.hub_server import Commit, FakeHub, Repo, serve
 from tests.lightning_stand_in import AttributeDict, lightning_names
@@ -74,7 +74,7 @@ def test_lightly_numbers_are_read_from_the_quoted_row() -> None:
         "imagenet1k_linear_top1_reported": 0.651, "imagenet1k_linear_top5_reported": 0.862,
         "imagenet1k_finetune_top1_reported": 0.735, "imagenet1k_finetune_top5_reported": 0.917,
         "imagenet1k_knn_top1_reported": 0.496, "imagenet1k_knn_top5_reported": 0.775})
-    assert _lightly_reported(RELEASES["dclw_resnet50.in1k_lightly"].reported_quote)["imagenet1k_knn_top1_reported"] == pytest.approx(0.485)
+    assert lightly_reported(RELEASES["dclw_resnet50.in1k_lightly"].reported_quote)["imagenet1k_knn_top1_reported"] == pytest.approx(0.485)
     assert RELEASES["simclr_resnet50.in1k_lightly"].reported["imagenet1k_linear_top1_reported"] == pytest.approx(0.632)
     assert RELEASES["mocov2_resnet50.in1k_100ep_lightly"].reported["imagenet1k_knn_top1_reported"] == pytest.approx(0.418)
     for name in ("dcl_resnet50.in1k_lightly", "dclw_resnet50.in1k_lightly"):
@@ -320,7 +320,7 @@ def cacr_release(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[An
         return name
 
     yield make, data, ref, real_hub
-    _PRETRAINED.pop(name, None)
+    unregister_pretrained(name)
 
 
 def _origin(tmp_path: Path, name: str) -> str:
@@ -496,18 +496,18 @@ def test_a_release_url_with_a_pinned_sha256_is_checked_as_it_downloads(
 
 
 def test_a_lightly_card_says_plainly_that_lightly_trained_it_not_the_authors() -> None:
-    from cl_zoo.convert.readers import ConversionReport, _card_sections
+    from cl_zoo.convert.readers import ConversionReport, conversion_card_sections
 
     report = ConversionReport(format="lightly", source="epoch=99-step=500400.ckpt", source_sha256="0" * 64, arch="resnet50",
                               model_args={}, top_level={}, state_key="state_dict", prefix="backbone.",
                               backbone_tensors=320, dropped={"projection_head": 9})
     release = RELEASES["dcl_resnet50.in1k_lightly"]
-    sections = _card_sections(report, release, release.sources[0].url, verified=True)
+    sections = conversion_card_sections(report, release, release.sources[0].url, verified=True)
     who = sections["Who trained it"]
     assert who.startswith("Trained by lightly") and "not the paper's authors" in who and "DCLLoss(temperature=0.1)" in who
     assert "This is not the paper's own checkpoint" in who
     assert "the publisher's (not the paper's) numbers" in sections["Reported results"]
     assert "linear_top1 65.1%" in sections["Reported results"] and "knn_top1 49.6%" in sections["Reported results"]
     assert f"copied from {release.sources[0].page}" in sections["Origin"] and "License :: OSI Approved :: MIT" in sections["Origin"]
-    authors = _card_sections(report, RELEASES["jcl_resnet50.in1k_official"], None, verified=True)
+    authors = conversion_card_sections(report, RELEASES["jcl_resnet50.in1k_official"], None, verified=True)
     assert authors["Who trained it"].startswith("Trained by the paper's authors") and "not the paper's own" not in authors["Who trained it"]
