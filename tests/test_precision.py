@@ -19,7 +19,7 @@ import cl_zoo.precision as precision_mod
 from cl_zoo.backends import select as select_mod
 from cl_zoo.errors import ClZooError
 from cl_zoo.precision import CpuCapability, resolve_precision
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, make_folder
 
 REPO = REPO_ROOT
 PHOTOS = REPO / "examples" / "photos"
@@ -310,7 +310,6 @@ def test_bf16_pretraining_run_records_its_precision(tmp_path, capsys):
     from cl_zoo.train.loop import Trainer
     from cl_zoo.train.recipe import Recipe
     from cl_zoo.train.state import load_state
-    from tests.test_pretrain import make_folder
 
     folder = make_folder(tmp_path / "train", classes=2, per_class=16, size=16)
     recipe = Recipe.from_dict({**_TINY_RESNET, "precision": "bf16"})
@@ -325,7 +324,6 @@ def test_bf16_pretraining_run_records_its_precision(tmp_path, capsys):
 def test_resuming_in_another_precision_is_stated(tmp_path, capsys):
     from cl_zoo.train.loop import Trainer
     from cl_zoo.train.recipe import Recipe
-    from tests.test_pretrain import make_folder
 
     folder = make_folder(tmp_path / "train", classes=2, per_class=16, size=16)
     spec = {"method": "dcl", "arch": "pixels", "model_args": {"input_size": 16},
