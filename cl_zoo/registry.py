@@ -233,6 +233,11 @@ def register_pretrained(
     return entry
 
 
+def unregister_pretrained(name: str) -> PretrainedEntry | None:
+    """Remove a name registered at run time (a plug-in's or a test's stand-in), so it stops resolving; None if absent."""
+    return _PRETRAINED.pop(name, None)
+
+
 def list_models(pattern: str = "*", pretrained: bool = False) -> list[str]:
     """Names matching a glob pattern: pretrained entries, plus architectures unless ``pretrained``."""
     names = list(_PRETRAINED)

@@ -2,7 +2,7 @@
 
     python scripts/cpu_tier_table.py            # print the table
     python scripts/cpu_tier_table.py --write    # replace the tables in docs/cpu-tier.md (between their markers)
-    python scripts/cpu_tier_table.py --check    # exit 1 when docs/cpu-tier.md differs (tests/test_cpu_tier.py)
+    python scripts/cpu_tier_table.py --check    # exit 1 when docs/cpu-tier.md differs (tests/project/test_cpu_tier.py)
 
 Every figure comes from ``model_cards/<method>_resnet18.imagenette64_cpu/config.json`` (``cpu_tier``,
 written by scripts/bundle_cpu_tier.py from the evaluation reports in the same folder). A row with

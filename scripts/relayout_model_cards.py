@@ -8,7 +8,7 @@ runs' reports and logs) and
 published again by ``scripts/bundle_cpu_tier.py``, so a re-laid-out folder is exactly what the
 bundle script makes today: config.json in the current format, the card rendered by today's code,
 and (unless ``--keep-shards``) the weights in one ``model.safetensors`` holding the same tensors.
-``tests/test_cpu_tier.py`` uses :func:`bundle_from_folder` for its round trip, so the two cannot
+``tests/project/test_cpu_tier.py`` uses :func:`bundle_from_folder` for its round trip, so the two cannot
 drift.
 
 Why not all at once by default: a folder's weights are ~22 MB of float16 that git stores again

@@ -12,8 +12,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+import cl_zoo
+from tests.helpers import REPO_ROOT, isolate_cache, tiny_model
+
 SHARED_DATASETS = Path(os.environ.get("CL_ZOO_SHARED_DATASETS", REPO_ROOT.parent / "shared" / "datasets"))
 # Unpacked archives are reused across test sessions (CI unpacks each at most once per machine).
 UNPACK_ROOT = Path(os.environ.get("CL_ZOO_TEST_DATA", "/tmp/cl-zoo-test-data"))
@@ -94,3 +97,30 @@ def http_folder() -> Iterator[Callable[[Path], str]]:
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+@pytest.fixture()
+def served(tmp_path: Path, http_folder: Callable[[Path], str]) -> str:
+    """``http://127.0.0.1:<port>`` serving ``tmp_path`` (directory listings included)."""
+    return http_folder(tmp_path)
+
+
+@pytest.fixture()
+def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``CL_ZOO_CACHE`` in the session's temp folder: shared by the tests that ask, never the user's cache."""
+    return isolate_cache(monkeypatch, tmp_path_factory.getbasetemp() / "cache")
+
+
+@pytest.fixture()
+def one_thread() -> None:
+    """torch on one thread, as the 2-core CI host runs the training tests (left set: every such test asks)."""
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``tiny_model()`` seeded 0 and saved as a checkpoint folder, once per module."""
+    folder = tmp_path_factory.mktemp("model") / "tiny"
+    torch.manual_seed(0)
+    cl_zoo.save_pretrained(tiny_model(), folder)
+    return folder

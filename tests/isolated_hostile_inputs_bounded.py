@@ -33,8 +33,9 @@ from cl_zoo.data import images
 from cl_zoo.embedding.inputs import MAX_BRACE_DEPTH, MAX_EXPANSION, brace_size, resolve_inputs
 from cl_zoo.embedding.preprocess import MAX_TAR_HEADER_BYTES, Preprocess, ShardError, TarBatches, tar_members
 from cl_zoo.errors import DataError
+from tests.helpers import REPO_ROOT, embed_test_photos, run_cli_captured
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 PRE = Preprocess(resize_size=16, crop_size=(16, 16))
 COUNTS: Counter[str] = Counter()
 
@@ -43,12 +44,6 @@ def one_line(err: str) -> str:
     lines = [line for line in err.strip().splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
     return lines[0]
-
-
-def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(args)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def jpeg(colour: str = "red") -> bytes:
@@ -127,7 +122,7 @@ def test_a_remote_list_cannot_name_local_files(tmp_path: Path, served: str, caps
         pq.write_table(pa.table({"path": ["a.jpg", cell]}), www / "list.parquet")
     with pytest.raises(DataError, match=r"lists .* which is not on http://; a remote list may only name entries relative to itself"):
         resolve_inputs([f"{served}/list.{kind}"])
-    code, out, err = run_cli(["embed", f"{served}/list.{kind}", "--out", str(tmp_path / "o.npy"), "-q"], capsys)
+    code, out, err = run_cli_captured(["embed", f"{served}/list.{kind}", "--out", str(tmp_path / "o.npy"), "-q"], capsys)
     assert code != 0 and "not on http://" in one_line(err)
     assert not (tmp_path / "o.npy").exists() and secret.read_bytes() == before
 
@@ -154,7 +149,7 @@ def test_parquet_lists_are_bounded_by_declared_rows_before_any_row_is_read(tmp_p
         raise AssertionError("a row was decoded before the declared row count was checked")
 
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", never)
-    code, out, err = run_cli(["embed", str(listing), "--out", str(tmp_path / "o.npy"), "-q"], capsys)
+    code, out, err = run_cli_captured(["embed", str(listing), "--out", str(tmp_path / "o.npy"), "-q"], capsys)
     assert code != 0 and "declares 3000 rows, more than 2999, the limit for a list of paths" in one_line(err)
 
 
@@ -196,7 +191,7 @@ def test_brace_patterns_are_counted_before_they_are_expanded(tmp_path: Path, cap
         f"{tmp_path}/d-{{0..{'9' * 5000}}}.tar": "Exceeds the limit",
     }
     for pattern, fragment in cases.items():
-        code, out, err = run_cli(["embed", pattern, "--out", str(tmp_path / "o.npy"), "-q"], capsys)
+        code, out, err = run_cli_captured(["embed", pattern, "--out", str(tmp_path / "o.npy"), "-q"], capsys)
         assert code != 0 and fragment in one_line(err), (pattern[:40], err[:300])
     assert time.perf_counter() - start < 30  # counted: nothing of 10^8 names or 4.8 GB is built
 
@@ -323,14 +318,13 @@ def test_sidecar_search_parameters_are_bounded_like_the_files_own(tmp_path: Path
     side.write_text(json.dumps(info))
     for args in (["dedup", str(emb), "-t", "0.99", "--index-file", str(index)],
                  ["search", str(emb), "--query", str(emb), "--index-file", str(index)]):
-        code, out, err = run_cli(args, capsys)
+        code, out, err = run_cli_captured(args, capsys)
         assert code != 0 and out == ""
         line = one_line(err)
         assert ("is outside 1.." in line or "do not apply" in line) and "rebuild" in line, line
 
 
 def test_zero_dimensional_rows_are_refused_by_every_reader(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from test_search import embed_test_photos
 
     from cl_zoo.embedding.shards import MANIFEST_NAME
     from cl_zoo.index.fingerprint import file_digest
@@ -350,7 +344,7 @@ def test_zero_dimensional_rows_are_refused_by_every_reader(tmp_path: Path, capsy
     for target in (folder, single):
         for args in (["dedup", str(target), "-t", "0.9"], ["index", str(target), "--out", str(tmp_path / "x.faiss"), "--max-memory", "64M"],
                      ["search", str(target), "--query", str(tmp_path / "photos")]):
-            code, out, err = run_cli(args, capsys)
+            code, out, err = run_cli_captured(args, capsys)
             assert code != 0 and out == "" and "rows of 0 dims" in one_line(err), (target.name, args[0], err)
     assert not (tmp_path / "x.faiss").exists()
 
@@ -359,7 +353,6 @@ def test_zero_dimensional_rows_are_refused_by_every_reader(tmp_path: Path, capsy
 
 
 def test_a_meta_footer_failure_count_that_is_not_a_count_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from test_search import embed_test_photos
 
     model_dir = tmp_path / "m"
     model_dir.mkdir()
@@ -374,7 +367,7 @@ def test_a_meta_footer_failure_count_that_is_not_a_count_is_one_line(tmp_path: P
     footer = dict(table.schema.metadata)
     footer[b"cl_zoo.failures"] = b"abc"
     pq.write_table(table.replace_schema_metadata(footer), meta)
-    code, _, err = run_cli([*args, "--resume"], capsys)
+    code, _, err = run_cli_captured([*args, "--resume"], capsys)
     assert code != 0 and "records 'abc' failures, not a count" in one_line(err)
 
 
@@ -430,9 +423,9 @@ def test_fuzz_list_readers(name: str, changes: list[tuple[str, float, object]]) 
             if reader == "parse":
                 cells = images.parse_path_list(data, name)
             else:
-                from cl_zoo.embedding.inputs import _join
+                from cl_zoo.embedding.inputs import join_list_entry
 
-                cells = [_join(f"http://h/{name}", c) for c in images.parse_path_list(data, f"http://h/{name}")]
+                cells = [join_list_entry(f"http://h/{name}", c) for c in images.parse_path_list(data, f"http://h/{name}")]
                 assert all(c.startswith(("http://", "https://")) for c in cells)
         except DataError as exc:
             assert "\n" not in str(exc)

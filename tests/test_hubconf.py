@@ -11,9 +11,9 @@ import torch
 
 import cl_zoo
 from cl_zoo.checkpoint import WEIGHTS_NAME, sha256_file
-from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
+from cl_zoo.registry import PretrainedCfg, register_pretrained, unregister_pretrained
+from tests.helpers import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 NAME = "dcl_resnet18_cifar.hubconftest"
 
 
@@ -26,7 +26,7 @@ def pretrained_entry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterato
     register_pretrained(NAME, "resnet18_cifar", PretrainedCfg(
         bundled="hubconf-tiny", sha256={WEIGHTS_NAME: sha256_file(folder / WEIGHTS_NAME)}), width=0.125)
     yield model
-    _PRETRAINED.pop(NAME, None)
+    unregister_pretrained(NAME)
 
 
 def load_hubconf() -> object:

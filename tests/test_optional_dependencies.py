@@ -22,8 +22,9 @@ import pytest
 from cl_zoo import optional
 from cl_zoo.cli import main
 from cl_zoo.optional import EXTRAS, MissingExtraError, missing_message, require
+from tests.helpers import REPO_ROOT, expect_extra, hide
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 PHOTOS = REPO / "examples" / "photos"
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 OPTIONAL = PROJECT["optional-dependencies"]
@@ -31,30 +32,6 @@ OPTIONAL = PROJECT["optional-dependencies"]
 DISTRIBUTION = {"faiss": "faiss-cpu", "fsspec": "fsspec[http]", "aiohttp": "fsspec[http]"}
 # Extras for development only, not features: [all] need not include them.
 NOT_FEATURES = {"all", "test"}
-
-
-def hide(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
-    """Make ``import module`` fail as if the package were not installed.
-
-    Submodules an earlier test imported (``pyarrow.parquet``) are hidden too: ``import_module``
-    returns a cached submodule without looking at its parent, so hiding the parent alone made this
-    file's results depend on which tests ran before it.
-    """
-    for name in modules:
-        monkeypatch.setitem(sys.modules, name, None)
-        for loaded in [key for key in sys.modules if key.startswith(f"{name}.")]:
-            monkeypatch.setitem(sys.modules, loaded, None)
-
-
-def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    return err
-
-
-def expect_extra(capsys: pytest.CaptureFixture[str], code: int, feature: str, package: str, extra: str) -> None:
-    assert code == 2
-    assert one_error_line(capsys) == f"error: {feature} needs {package}, which is not installed: pip install 'cl-zoo[{extra}]'"
 
 
 # ----------------------------------------------------------------------------- require()

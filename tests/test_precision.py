@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +19,9 @@ import cl_zoo.precision as precision_mod
 from cl_zoo.backends import select as select_mod
 from cl_zoo.errors import ClZooError
 from cl_zoo.precision import CpuCapability, resolve_precision
+from tests.helpers import REPO_ROOT, make_folder
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = REPO_ROOT
 PHOTOS = REPO / "examples" / "photos"
 HAS_OPENVINO = importlib.util.find_spec("openvino") is not None
 needs_openvino = pytest.mark.skipif(not HAS_OPENVINO, reason="openvino is not installed (pip install 'cl-zoo[openvino]')")
@@ -31,9 +31,7 @@ def _cpu(amx: bool = False, avx512_bf16: bool = False) -> CpuCapability:
     return CpuCapability(model="test CPU", isa="AVX2", amx=amx, avx512_bf16=avx512_bf16, cores=2)
 
 
-@pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("CL_ZOO_CACHE", str(tmp_path_factory.getbasetemp() / "cache"))
+pytestmark = pytest.mark.usefixtures("isolated_cache")
 
 
 def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -312,7 +310,6 @@ def test_bf16_pretraining_run_records_its_precision(tmp_path, capsys):
     from cl_zoo.train.loop import Trainer
     from cl_zoo.train.recipe import Recipe
     from cl_zoo.train.state import load_state
-    from tests.test_pretrain import make_folder
 
     folder = make_folder(tmp_path / "train", classes=2, per_class=16, size=16)
     recipe = Recipe.from_dict({**_TINY_RESNET, "precision": "bf16"})
@@ -327,7 +324,6 @@ def test_bf16_pretraining_run_records_its_precision(tmp_path, capsys):
 def test_resuming_in_another_precision_is_stated(tmp_path, capsys):
     from cl_zoo.train.loop import Trainer
     from cl_zoo.train.recipe import Recipe
-    from tests.test_pretrain import make_folder
 
     folder = make_folder(tmp_path / "train", classes=2, per_class=16, size=16)
     spec = {"method": "dcl", "arch": "pixels", "model_args": {"input_size": 16},

@@ -12,7 +12,7 @@ import torch
 import cl_zoo
 from cl_zoo.checkpoint import WEIGHTS_NAME, sha256_file
 from cl_zoo.errors import CheckpointError, HubError, ModelNotFoundError
-from cl_zoo.registry import _PRETRAINED, PretrainedCfg, register_pretrained
+from cl_zoo.registry import PretrainedCfg, get_pretrained, is_pretrained_name, register_pretrained, unregister_pretrained
 
 ARCHS = {"resnet18", "resnet34", "resnet50", "resnet18_cifar", "resnet50_cifar", "cmc_resnet50x05_lab",
          "cmc_resnet50x1_lab", "cmc_resnet50x2_lab", "cmc_resnet18_lab", "cmc_resnet18_cifar_lab", "cmc_alexnet_cifar_lab",
@@ -31,7 +31,7 @@ def bundled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[s
                         method="dcl", dataset="cifar10", metrics={"knn_top1": 0.5})
     register_pretrained(name, "resnet18_cifar", cfg, width=0.125)
     yield name, model, folder
-    _PRETRAINED.pop(name, None)
+    unregister_pretrained(name)
 
 
 def test_list_models_patterns() -> None:
@@ -110,11 +110,19 @@ def test_pretrained_entry_loads_bundled_folder(bundled: tuple[str, torch.nn.Modu
 
 def test_bundled_checksum_mismatch_falls_through_then_fails(bundled: tuple[str, torch.nn.Module, Path]) -> None:
     name, _, folder = bundled
-    entry = _PRETRAINED[name]
-    _PRETRAINED[name] = dataclasses.replace(entry, cfg=dataclasses.replace(entry.cfg, sha256={WEIGHTS_NAME: "1" * 64}))
+    entry = get_pretrained(name)
+    register_pretrained(name, entry.arch, dataclasses.replace(entry.cfg, sha256={WEIGHTS_NAME: "1" * 64}), **entry.model_kwargs)
     with pytest.raises(CheckpointError, match="sha256 mismatch") as info:
         cl_zoo.create_model(name, pretrained=True)
     assert str(folder) in str(info.value)
+
+
+def test_unregister_pretrained_removes_a_run_time_name() -> None:
+    entry = register_pretrained("dcl_resnet18_cifar.scratch", "resnet18_cifar", PretrainedCfg(bundled="scratch"))
+    assert "dcl_resnet18_cifar.scratch" in cl_zoo.list_models(pretrained=True)
+    assert unregister_pretrained("dcl_resnet18_cifar.scratch") == entry
+    assert not is_pretrained_name("dcl_resnet18_cifar.scratch") and "dcl_resnet18_cifar.scratch" not in cl_zoo.list_models(pretrained=True)
+    assert unregister_pretrained("dcl_resnet18_cifar.scratch") is None  # absent: nothing to do
 
 
 def test_no_source_is_a_hub_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -124,7 +132,7 @@ def test_no_source_is_a_hub_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
         with pytest.raises(HubError, match="model_cards/absent"):
             cl_zoo.create_model("dcl_resnet18_cifar.absent", pretrained=True)
     finally:
-        _PRETRAINED.pop("dcl_resnet18_cifar.absent")
+        unregister_pretrained("dcl_resnet18_cifar.absent")
 
 
 def test_load_model_refuses_random_architecture() -> None:

@@ -27,9 +27,8 @@ from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.search import build_index, load_index, save_index
 from cl_zoo.train.recipe import RECIPES_DIR, Recipe
 
-from test_embed import model_dir, tiny_model  # noqa: F401 (model_dir: a fixture)
+from tests.helpers import DATA, tiny_model
 
-DATA = Path(__file__).parent / "data" / "embed"
 PHOTOS = ["photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp"]
 ODD_NAMES = ["line\nbreak.jpg", "carriage\rreturn.png", "para\u2028sep.webp", "plain.JPEG"]
 

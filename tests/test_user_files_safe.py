@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_embed import DATA, GOOD, model_dir, run_cli  # noqa: F401 (model_dir: a fixture)
+from tests.helpers import DATA, GOOD, run_cli
 
 import cl_zoo
 from cl_zoo.checkpoint import CARD_NAME

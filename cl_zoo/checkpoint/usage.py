@@ -158,7 +158,7 @@ def _local_code(block: str, folder: Path, repo_id: str | None) -> str:
     return pattern.sub(lambda _: str(folder.resolve()), block)
 
 
-def _local_sample_image(code: str, cwd: Path) -> str:
+def local_sample_image(code: str, cwd: Path) -> str:
     """``code`` with the card's sample photo URL pointing at a local photo of the same kind (an RGB
     PNG, written into ``cwd``): the snippet runs offline, and cl-zoo never fetches a URL for it."""
     from PIL import Image  # pillow, only when a card's snippet is run
@@ -191,7 +191,7 @@ def check_usage(text: str, folder: str | os.PathLike[str], *, repo_id: str | Non
         )
     code = "\n\n".join(_local_code(b, folder, repo_id) for b in blocks)
     with tempfile.TemporaryDirectory(prefix="cl-zoo-card-") as cwd:
-        code = _local_sample_image(code, Path(cwd))
+        code = local_sample_image(code, Path(cwd))
         env = scrubbed_env(cwd)
         package_parent = str(Path(__file__).resolve().parents[1])  # the cl_zoo being used, installed or not
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)

@@ -205,7 +205,7 @@ def _tensor_dict(value: Any, where: str, path: Path) -> dict[str, torch.Tensor]:
     return dict(value)
 
 
-def _unwrap(top: Any, keys: tuple[str, ...], path: Path, fmt: str) -> tuple[dict[str, torch.Tensor], str, dict[str, str]]:
+def unwrap_state(top: Any, keys: tuple[str, ...], path: Path, fmt: str) -> tuple[dict[str, torch.Tensor], str, dict[str, str]]:
     if not isinstance(top, Mapping):
         raise CheckpointError(f"{path} holds a {type(top).__name__}, not the dict a {fmt} checkpoint is")
     for key in keys:
@@ -226,7 +226,7 @@ def _unwrap(top: Any, keys: tuple[str, ...], path: Path, fmt: str) -> tuple[dict
 # --------------------------------------------------------------------------------------------------
 
 
-def _strip_dp(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], str]:
+def strip_dp(state: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], str]:
     """Remove the DataParallel/DDP ``module.`` prefix when every key has it."""
     if all(k.startswith("module.") for k in state):
         return {k[len("module."):]: v for k, v in state.items()}, "module."
@@ -321,7 +321,7 @@ LAYOUTS: dict[str, Layout] = {
 READS_LIGHTNING = {"lightly"}  # layouts whose files pickle Lightning's training state too: LIGHTNING_GLOBALS
 
 
-def _infer_cmc_arch(backbone: Mapping[str, torch.Tensor], path: Path) -> str:
+def infer_cmc_arch(backbone: Mapping[str, torch.Tensor], path: Path) -> str:
     """CMC's width is readable from the first block: ``layer1.0.conv1`` has ``int(64*width)`` outputs."""
     weight = backbone.get("l_encoder.layer1.0.conv1.weight")
     if weight is None:
@@ -369,11 +369,11 @@ def convert_checkpoint(fmt: str, path: str | os.PathLike[str], arch: str | None 
     layout = LAYOUTS[fmt]
     path = Path(path)
     top = safe_load_lightning(path) if fmt in READS_LIGHTNING else safe_load(path)
-    state, state_key, others = _unwrap(top, layout.state_keys, path, fmt)
-    state, prefix = _strip_dp(state)
+    state, state_key, others = unwrap_state(top, layout.state_keys, path, fmt)
+    state, prefix = strip_dp(state)
     backbone, dropped, inner_prefix = layout.split(state, path, fmt)
     if fmt == "cmc" and arch is None:
-        arch = _infer_cmc_arch(backbone, path)
+        arch = infer_cmc_arch(backbone, path)
     arch = arch or layout.default_arch
     get_arch(arch)  # unknown architecture -> "did you mean" error
     model = build_arch(arch)
@@ -430,7 +430,7 @@ def source_lines(release: Any) -> list[str]:
     return lines
 
 
-def _card_sections(report: ConversionReport, release: Any | None, origin: str | None, verified: bool) -> dict[str, str]:
+def conversion_card_sections(report: ConversionReport, release: Any | None, origin: str | None, verified: bool) -> dict[str, str]:
     sections: dict[str, str] = {}
     origin_lines = [f"- Converted file: `{Path(report.source).name}`, sha256 `{report.source_sha256}`."]
     if origin:
@@ -527,7 +527,7 @@ def import_checkpoint(
             model,
             staging,
             extra_config={"conversion": report.to_dict(), "origin": origin},
-            card_sections=_card_sections(report, release, origin, verified),
+            card_sections=conversion_card_sections(report, release, origin, verified),
             card_folder=out,  # the card names where the folder ends up, not the staging folder
         )
         if out.exists():

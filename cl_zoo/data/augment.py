@@ -26,7 +26,7 @@ augmentation never waits for the device. Selecting the hue and blur subsets from
 step's backward before the host can launch the next kernels. On an H200 (DCL, ResNet-18, 32 px,
 batch 512, ``benchmarks/pretrain_throughput.py``, two alternating rounds in one call) the loop
 went from 56% and 64% of the step alone to 74% and 80%: 15,531 and 17,685 -> 20,175 and 22,400
-images/s, 1.28x. ``tests/test_augment.py`` audits for host waits on the meta device.
+images/s, 1.28x. ``tests/data/test_augment.py`` audits for host waits on the meta device.
 """
 
 from __future__ import annotations

@@ -345,7 +345,7 @@ def _scheme_family(scheme: str) -> str:
     return "http" if scheme in ("http", "https") else scheme
 
 
-def _join(list_ref: str, cell: str) -> str:
+def join_list_entry(list_ref: str, cell: str) -> str:
     """A remote list's entry as a URL: relative entries are relative to the list's own folder.
 
     A remote list never switches scheme (http and https count as one): its rows are whatever the
@@ -369,7 +369,7 @@ def _join(list_ref: str, cell: str) -> str:
 def _remote_list(ref: str) -> list[str]:
     """Entries of a list behind a URL (downloaded whole, within :data:`~cl_zoo.data.images.MAX_LIST_BYTES`)."""
     data = read_bytes(ref, images.MAX_LIST_BYTES)
-    return [_join(ref, cell) for cell in parse_path_list(data, ref)]
+    return [join_list_entry(ref, cell) for cell in parse_path_list(data, ref)]
 
 
 def _remote_folder(fs: Any, path: str, ref: str) -> list[str]:

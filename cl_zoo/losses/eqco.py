@@ -93,7 +93,7 @@ def eqco_loss(
     return reduce(per_query, reduction)
 
 
-def _sample_other_indices(n: int, num: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+def sample_other_indices(n: int, num: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
     """For each row i, ``num`` distinct column indices drawn uniformly from {0..n-1} minus {i}."""
     rand_device = generator.device if generator is not None else device
     scores = torch.rand(n, n - 1, generator=generator, device=rand_device)
@@ -102,7 +102,7 @@ def _sample_other_indices(n: int, num: int, generator: torch.Generator | None, d
     return slots + (slots >= rows).long()  # skip the diagonal
 
 
-def _shared_other_indices(n: int, num: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
+def shared_other_indices(n: int, num: int, generator: torch.Generator | None, device: torch.device) -> Tensor:
     """The released code's sampling: ``num`` slots drawn once among the n-1 "other" positions and
     used by every row (row i's slot s is column s, or s+1 from the diagonal on)."""
     rand_device = generator.device if generator is not None else device
@@ -139,9 +139,9 @@ def _simo_one_direction(
         off_diagonal = ~torch.eye(n, dtype=torch.bool, device=q.device)
         neg = sim[off_diagonal].view(n, n - 1)
     elif negative_sampling == "shared":
-        neg = sim.gather(1, _shared_other_indices(n, num_negatives, generator, q.device))
+        neg = sim.gather(1, shared_other_indices(n, num_negatives, generator, q.device))
     else:
-        neg = sim.gather(1, _sample_other_indices(n, num_negatives, generator, q.device))
+        neg = sim.gather(1, sample_other_indices(n, num_negatives, generator, q.device))
     # margin=False: alpha = K makes the margin 0, i.e. plain InfoNCE over the K negatives.
     return _margin_cross_entropy(pos, neg, temperature, alpha if margin else float(neg.shape[1]))
 

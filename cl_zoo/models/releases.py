@@ -3,7 +3,7 @@
 Each :class:`Release` lists its *sources* in the order they are tried (a Hugging Face Hub file
 first where the publisher put one there, then the publisher's own URL). Every URL, repo id, file
 name, revision and checksum below is copied verbatim from the page named beside it, and that
-page's line is kept in ``quote`` (``tests/test_import_official.py`` checks that each value
+page's line is kept in ``quote`` (``tests/convert/test_import_official.py`` checks that each value
 appears in its quote, so an edit that drifts from the page fails). Nothing here is derived: where
 a direct-download address differs from the published link (Google Drive's viewer page, a Dropbox
 shared folder), :func:`cl_zoo.convert.sources.direct_url` rewrites it at download time, in code
@@ -421,7 +421,7 @@ _LIGHTLY_URLS = {
 _LIGHTLY_METRICS = ("linear_top1", "linear_top5", "finetune_top1", "finetune_top5", "knn_top1", "knn_top5")
 
 
-def _lightly_reported(row: str) -> dict[str, float]:
+def lightly_reported(row: str) -> dict[str, float]:
     """The row's six accuracy columns, read from the quoted row itself so the two cannot disagree."""
     cells = next(csv.reader([row], skipinitialspace=True))
     return {f"imagenet1k_{m}_reported": float(v) / 100 for m, v in zip(_LIGHTLY_METRICS, cells[4:10])}
@@ -456,7 +456,7 @@ for _name, _method, _paper, _script, _loss in (
             recipe=_recipe + f" ({_LIGHTLY_CODE}; today's code, which may differ from the code of the run)",
             licence_page="https://github.com/lightly-ai/lightly/blob/e8d317fc5a87f4387a85a35e689869039ec249ee/pyproject.toml",
             licence_quote='    "License :: OSI Approved :: MIT License",',
-            reported=_lightly_reported(_row),
+            reported=lightly_reported(_row),
             reported_source="lightly's ImageNet1k benchmark table (batch 256, 100 epochs; linear and fine-tune "
                             "following SimCLR, kNN following InstDisc)",
             reported_quote=_row,
