@@ -212,7 +212,7 @@ def declare_model(
     """Declare an architecture by entry point (``"cl_zoo.models.resnet:resnet18"``) without importing it.
 
     ``params``/``num_features`` are the built model's, with its defaults, so ``cl-zoo models`` can
-    show them without torch (``tests/test_models.py`` builds each one and compares).
+    show them without torch (``tests/models/test_models.py`` builds each one and compares).
     """
     module, sep, function = entry_point.partition(":")
     if not sep or function != name:

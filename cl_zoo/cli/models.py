@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-# All torch-free (tests/test_cli_startup.py): the registry's tables, Hub and cache look-ups.
+# All torch-free (tests/cli/test_cli_startup.py): the registry's tables, Hub and cache look-ups.
 from cl_zoo.bundled import installed_folder
 from cl_zoo.checkpoint.hub import find_bundled, registered_repo_id
 from cl_zoo.convert.sources import cache_root

@@ -11,7 +11,7 @@ same :class:`~cl_zoo.embedding.preprocess.Preprocess` (shorter side to ``round(W
 with the model's filter, centre crop) and the same normalisation arithmetic as the embedding loop
 (``(uint8 - 255 * mean) / (255 * std)``), so ``model(create_transform(model)(img)[None])`` is the
 row ``cl_zoo.embed(img, model)`` returns. It differs from timm's transform for the same config in
-two places, both measured by ``tests/test_transforms.py``:
+two places, both measured by ``tests/embedding/test_transforms.py``:
 
 * ``Preprocess`` resamples only the pixels inside the crop (PIL's ``resize(box=...)``) instead of
   resizing the whole image and cropping; the filter is the same, its fixed-point rounding is not,

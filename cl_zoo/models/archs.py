@@ -4,7 +4,7 @@ Why a table rather than only ``@register_model`` in each family module: listing 
 models (``cl-zoo models``, ``cl-zoo info``, ``cl_zoo.list_models()``) must not import torch, and
 the family modules are torch modules. Each entry point (``"module:function"``) is imported on the
 first build; the family modules keep ``@register_model`` on each builder, which confirms the
-declaration when imported. ``tests/test_models.py`` imports every family module and checks that
+declaration when imported. ``tests/models/test_models.py`` imports every family module and checks that
 the table and the decorated functions agree, and builds each one to check ``params`` and
 ``num_features`` (the defaults' sizes, which ``cl-zoo models`` shows without building).
 """

@@ -108,16 +108,16 @@ def test_architecture_table_matches_the_family_modules() -> None:
     import inspect
 
     from cl_zoo.models.archs import ARCHITECTURES
-    from cl_zoo.registry import _ARCHS
+    from cl_zoo.registry import find_arch, get_arch
 
     declared = {name: f"cl_zoo.models.{family}:{name}" for name, family, *_ in ARCHITECTURES}
     for family in sorted({family for _, family, *_ in ARCHITECTURES}):
         module = importlib.import_module(f"cl_zoo.models.{family}")
         for name, fn in inspect.getmembers(module, inspect.isfunction):
-            if fn.__module__ == module.__name__ and _ARCHS.get(name) is not None and _ARCHS[name].builder is fn:
+            if fn.__module__ == module.__name__ and find_arch(name) is not None and get_arch(name).builder is fn:
                 assert declared.get(name) == f"{module.__name__}:{name}", f"{name} is registered but not in archs.py"
     for name, entry_point in declared.items():
-        entry = _ARCHS[name]
+        entry = get_arch(name)
         module, _, function = entry_point.partition(":")
         assert entry.builder is getattr(importlib.import_module(module), function), name
         assert entry.family == module.rsplit(".", 1)[-1]

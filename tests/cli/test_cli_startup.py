@@ -13,12 +13,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 
-from cl_zoo.cli import _COMMANDS
+from cl_zoo.cli import cli
 from cl_zoo.registry import DEFAULT_MODEL
+from tests.helpers import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 PROBE = """
 import contextlib, io, json, sys
@@ -44,7 +46,7 @@ def probe(argv: list[str] | None, tmp_path: Path) -> dict:
 CASES = [
     pytest.param(None, id="import cl_zoo"),
     pytest.param(["--help"], id="--help"),
-    *[pytest.param([name, "--help"], id=f"{name} --help") for name in sorted(_COMMANDS)],
+    *[pytest.param([name, "--help"], id=f"{name} --help") for name in cli.list_commands(click.Context(cli))],
     pytest.param(["models"], id="models"),
     pytest.param(["models", "--json"], id="models --json"),
     pytest.param(["info", DEFAULT_MODEL], id="info pretrained"),

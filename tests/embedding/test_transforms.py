@@ -2,7 +2,7 @@
 
 The transform must be what ``cl-zoo embed`` feeds the model (checked bit for bit with the ``pixels``
 model, whose features are its input), and agree with timm's own transform for the same model up to
-the documented one-level resampling difference (cl_zoo/data/transforms.py).
+the documented one-level resampling difference (cl_zoo/embedding/transforms.py).
 """
 
 from __future__ import annotations

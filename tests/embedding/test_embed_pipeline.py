@@ -17,8 +17,8 @@ from cl_zoo.embedding import extract as extract_mod
 from cl_zoo.embedding import run as run_mod
 from cl_zoo.embedding.extract import choose_workers, extract_features, overlapped, prepare_engine
 from cl_zoo.embedding.options import EXACT, EngineOptions
+from tests.helpers import DATA
 
-DATA = Path(__file__).parent / "data" / "embed"
 PHOTOS = [str(DATA / name) for name in ("photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp")]
 
 

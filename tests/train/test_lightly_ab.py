@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 import torch
 
+from tests.helpers import REPO_ROOT
+
 pytest.importorskip("lightly")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def _load_harness():
