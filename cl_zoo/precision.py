@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cl_zoo.data.workers import usable_cpus
 from cl_zoo.errors import ClZooError
 
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16", "fp16", "int8")
@@ -73,8 +74,6 @@ class CpuCapability:
 
 def usable_cores() -> int:
     """Cores this process may run on (affinity / cgroup cpusets), not the machine's count."""
-    from cl_zoo.data.workers import usable_cpus
-
     return usable_cpus()
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from cl_zoo.backends.int8 import int8_available, missing_int8_packages
 from cl_zoo.errors import ClZooError
 from cl_zoo.optional import MissingExtraError, is_installed, missing_message
 
@@ -80,8 +81,6 @@ def resolve_backend(backend: str, device: torch.device | str, precision: str, *,
 
 
 def _int8_backend(backend: str, kind: str) -> BackendChoice:
-    from cl_zoo.backends.int8 import int8_available, missing_int8_packages
-
     if backend == "torch":
         raise ClZooError("--precision int8 runs on OpenVINO; use --backend openvino or auto")
     if kind != "cpu":

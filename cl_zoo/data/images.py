@@ -33,6 +33,7 @@ from typing import IO, Callable, Iterable, Iterator
 from PIL import Image, UnidentifiedImageError
 
 from cl_zoo.errors import DataError
+from cl_zoo.optional import require
 from cl_zoo.text import exception_line as _one_line, mib as _mib, parse_json_lines
 
 # The one list of accepted extensions (lower case; names are compared lower-cased). ImageFolder
@@ -188,8 +189,6 @@ def _parquet_paths(source: bytes | IO[bytes], name: str) -> list[str]:
     ``path`` column beside gigabytes of embeddings) is a usable list; the decoded paths are bounded
     by :data:`MAX_LIST_BYTES`, because a small file can expand into far more text than it holds.
     """
-    from cl_zoo.optional import require
-
     pa = require("pyarrow", "a .parquet list of paths")
     import pyarrow.parquet as pq
 

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from cl_zoo.data.archive import cache_root
+from cl_zoo.data.workers import default_workers
 from cl_zoo.errors import DataError
 from cl_zoo.fileio import atomic_save_npy
 
@@ -54,8 +56,6 @@ def _cache_file(paths: Sequence[str], size: int, cache_key: str | None, cache_di
 
 
 def default_tensor_cache_dir() -> Path:
-    from cl_zoo.data.archive import cache_root
-
     return cache_root() / "decoded"
 
 
@@ -101,8 +101,6 @@ def decode_to_tensor(
         return stop - start
 
     if not workers:
-        from cl_zoo.data.workers import default_workers
-
         workers = default_workers()
     starts = range(0, len(paths), _CHUNK)
     bar = None

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from cl_zoo.detection.datasets import voc_split_ids
+from cl_zoo.detection.datasets import read_annotations, voc_split_ids
 from cl_zoo.errors import DataError
 
 _EVALUATOR_TAGS = ("pose", "truncated", "difficult")
@@ -88,8 +88,6 @@ def _voc_classes(root: Path, split: str, evaluated: bool) -> tuple[str, ...]:
 
 
 def _coco_classes(annotation_file: Path) -> tuple[str, ...]:
-    from cl_zoo.detection.datasets import read_annotations
-
     data = read_annotations(annotation_file)
     categories = data.get("categories") if isinstance(data, dict) else None
     if not isinstance(categories, list) or not categories:

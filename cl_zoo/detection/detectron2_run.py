@@ -33,6 +33,7 @@ from cl_zoo.bundled import bundled_folder
 from cl_zoo.detection.detectron2_datasets import Detectron2Dataset, describe_dataset, shared_classes
 from cl_zoo.detection.presets import Preset, get_preset
 from cl_zoo.errors import ClZooError
+from cl_zoo.fileio import atomic_write_json, read_json
 
 # Names the user's folders are registered under inside train_net.py (never a builtin voc_*/coco_*).
 TRAIN_NAME = "cl_zoo_train_{}"
@@ -313,8 +314,6 @@ def write_detectron2_report(run: Detectron2Run, *, model: str, backbone: dict[st
                             train_seconds: float) -> Path:
     """``OUTPUT/report.json`` of a finished run (see the module doc); refuses a run that evaluated nothing."""
     import importlib.metadata
-
-    from cl_zoo.fileio import atomic_write_json, read_json
 
     overrides = dict(run.overrides) | dict(zip(run.extra[::2], run.extra[1::2]))
     evaluated = [d for d in run.datasets if d.name == VAL_NAME]

@@ -21,6 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from cl_zoo.detection.datasets import DetectionData
+from cl_zoo.optional import require
 
 Detections = Sequence[dict[str, np.ndarray]]  # per sample, aligned with data.samples
 
@@ -132,8 +133,6 @@ def coco_ground_truth(data: DetectionData) -> dict:
 
 def coco_evaluate(data: DetectionData, detections: Detections) -> dict[str, float]:
     """COCO AP, AP50, AP75, APs, APm, APl (percent) with pycocotools' COCOeval."""
-    from cl_zoo.optional import require
-
     require("pycocotools", "COCO AP (detect --engine torchvision)")
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval

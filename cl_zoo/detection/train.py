@@ -44,6 +44,7 @@ from cl_zoo.detection.evaluate import evaluate_detections
 from cl_zoo.detection.models import build_faster_rcnn, default_head
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
 from cl_zoo.fileio import atomic_save_torch, atomic_write_json
+from cl_zoo.precision import autocast, resolve_precision, why
 
 
 @dataclass
@@ -210,8 +211,6 @@ def predict(model: nn.Module, data: DetectionData, device: torch.device, batch_s
     """Detections for every sample, in original image pixels (float32 whatever ``precision`` ran)."""
     from tqdm import tqdm
 
-    from cl_zoo.precision import autocast
-
     model.eval()
     loader = torch.utils.data.DataLoader(DetectionDataset(data, train=False), batch_size=batch_size,
                                          collate_fn=collate, num_workers=workers, worker_init_fn=ignore_sigint)
@@ -257,15 +256,11 @@ def train_detector(
     fine-tuning: name, source, weight and checkpoint-file digests) goes into ``report.json``, so a
     detection figure can be traced to the exact weights it started from.
     """
-    from cl_zoo.precision import autocast, resolve_precision
-
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     precision = resolve_precision(cfg.precision, device, training=True)
     if precision == "fp16" and device.type != "cuda":
         raise ClZooError("fp16 needs CUDA (loss scaling); use bf16, auto or fp32 on the CPU")
     if progress:
-        from cl_zoo.precision import why
-
         print(f"precision: {precision} ({why(precision, device, training=True)}; requested {cfg.precision})", flush=True)
     if cfg.batch_size < 1 or cfg.max_iter < 0:
         raise ClZooError("batch size must be >= 1 and max_iter >= 0")

@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 from PIL import Image
 
+from cl_zoo.arrays import normalize
 from cl_zoo.data.images import discover_images, to_rgb
 from cl_zoo.embedding.transforms import IN_MEMORY_KINDS, is_in_memory, pil_images
 from cl_zoo.embedding.checks import check_finite
@@ -127,8 +128,6 @@ def embed(
 
 
 def _unit_rows(features: np.ndarray) -> np.ndarray:
-    from cl_zoo.arrays import normalize
-
     return normalize(features)
 
 

@@ -18,12 +18,16 @@ from typing import Any, Sequence
 import torch
 import torch.nn as nn
 
+from cl_zoo.backends import openvino_available, resolve_backend
+from cl_zoo.backends.int8 import CALIBRATION_SIZE, INT8_FEATURE, calibration_sample, Int8Rejected, pixels_digest
+from cl_zoo.backends.openvino import ConversionError, has_host_transform, is_cached, OpenVINORunner
 from cl_zoo.embedding.preprocess import (
     Preprocess,
     decode_images,
 )
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.optional import require
+from cl_zoo.precision import autocast, resolve_precision, usable_cores
 
 
 class FeaturesOnly(nn.Module):
@@ -84,7 +88,6 @@ def model_fingerprint(model: nn.Module) -> str:
 
 
 def inference_autocast(device: torch.device, precision: str):  # noqa: ANN202 - a context manager
-    from cl_zoo.precision import autocast
 
     return autocast(device, precision)
 
@@ -97,18 +100,11 @@ def resolve_engine(
 
     What :func:`extract_features` will run, before it runs: the feature cache keys on it.
     """
-    from cl_zoo.backends import resolve_backend
-    from cl_zoo.precision import resolve_precision
-
     dev = resolve_device(device)
     resolved = resolve_precision(precision, dev)
     cached = False
     if backend == "auto" and dev.type == "cpu":
-        from cl_zoo.backends import openvino_available
-
         if openvino_available():
-            from cl_zoo.backends.openvino import has_host_transform, is_cached
-
             pre = Preprocess.from_model(model)
             cached = is_cached(fingerprint or model_fingerprint(model), pre.crop_size, pre.mean, pre.std,
                                host_transform=has_host_transform(model))
@@ -117,9 +113,6 @@ def resolve_engine(
 
 def openvino_runner(model: nn.Module, fingerprint: str, preprocess: Preprocess, precision: str) -> tuple[Any, str]:
     """The compiled OpenVINO model, or ``None`` and why (warned once) when it cannot convert."""
-    from cl_zoo.backends.openvino import ConversionError, OpenVINORunner
-    from cl_zoo.precision import usable_cores
-
     try:
         runner = OpenVINORunner(
             model, fingerprint=fingerprint, input_hw=preprocess.crop_size, mean=preprocess.mean, std=preprocess.std,
@@ -142,16 +135,6 @@ def int8_runner(
     A failed gate (or too few images to measure one) warns once and falls back to the float
     precision ``auto`` picks on OpenVINO; ``force`` keeps int8 and says so in the record.
     """
-    from cl_zoo.backends.int8 import (
-        CALIBRATION_SIZE,
-        INT8_FEATURE,
-        Int8Rejected,
-        calibration_sample,
-        pixels_digest,
-    )
-    from cl_zoo.backends.openvino import OpenVINORunner
-    from cl_zoo.precision import resolve_precision, usable_cores
-
     chosen = calibration_sample([os.fspath(p) for p in candidates], CALIBRATION_SIZE if size is None else size, seed)
     pixels = decode_images(chosen, preprocess, workers)
     if len(pixels) == 0:

@@ -28,6 +28,7 @@ from cl_zoo.embedding.preprocess import (
 )
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.fileio import atomic_path, atomic_write_text, read_json
+from cl_zoo.torchrun import torchrun_env
 
 
 
@@ -41,8 +42,6 @@ class Chunk:
 
 
 def dist_info() -> tuple[int, int]:
-    from cl_zoo.torchrun import torchrun_env  # the one reader of the torchrun variables, checked
-
     env = torchrun_env()
     return env.rank, env.world_size
 
@@ -171,5 +170,3 @@ def open_progress(folder: Path, manifest: dict[str, Any], resume: bool, force: b
             folder.mkdir(parents=True)
             atomic_write_text(existing, json.dumps(manifest, indent=1), mkdir=False)
     barrier(world)
-
-

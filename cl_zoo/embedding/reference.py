@@ -9,15 +9,16 @@ from typing import Sequence
 
 import torch.nn as nn
 
+from cl_zoo import __version__
+from cl_zoo.arrays import recorded_threshold
+from cl_zoo.checkpoint import hub
 from cl_zoo.data.images import is_url
+from cl_zoo.registry import DEFAULT_MODEL
 
 
 def load_embedding_model(model: str | os.PathLike[str] | nn.Module | None) -> nn.Module:
     """``load_model`` with the zoo's bundled default for ``None``."""
-    from cl_zoo.checkpoint.hub import load_model
-    from cl_zoo.registry import DEFAULT_MODEL
-
-    return load_model(DEFAULT_MODEL if model is None else model)
+    return hub.load_model(DEFAULT_MODEL if model is None else model)  # through the module: tests patch hub's loader
 
 
 
@@ -59,9 +60,6 @@ def model_metadata(model: nn.Module, spec: str | None) -> dict[str, str]:
     ``dedup_threshold`` is the model's calibrated near-duplicate similarity (see
     :mod:`cl_zoo.index.dedup_calibration`) when its config records one; ``cl-zoo dedup`` defaults to it.
     """
-    from cl_zoo import __version__
-    from cl_zoo.arrays import recorded_threshold
-
     source = str(getattr(model, "checkpoint_source", "") or "")
     revision = source.rpartition("@")[2] if source.startswith("hf-hub:") and "@" in source else ""
     files = (getattr(model, "checkpoint_config", None) or {}).get("files") or {}
@@ -86,5 +84,3 @@ def input_metadata(given: Sequence[str | os.PathLike[str]]) -> dict[str, str]:
     """The inputs of a run as typed and as absolute paths (JSON lists), beside absolute row paths."""
     typed = [os.fspath(g) for g in given]
     return {"inputs": json.dumps(typed), "input_roots": json.dumps([g if is_url(g) else os.path.abspath(g) for g in typed])}
-
-

@@ -29,9 +29,10 @@ from typing import Any, Iterator, Sequence
 import torch
 import torch.nn as nn
 
+from cl_zoo.arrays import file_digest, read_npy_header
 from cl_zoo.embedding.extract import Engine, prepare_engine, run_batches
 from cl_zoo.embedding.options import EngineOptions
-from cl_zoo.embedding.parts import discard_progress
+from cl_zoo.embedding.parts import check_progress_folder, discard_progress
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info, load_chunk, open_progress, save_chunk
 from cl_zoo.embedding.shards import (
     MANIFEST_NAME,
@@ -49,6 +50,8 @@ from cl_zoo.embedding.shards import (
     write_shard,
 )
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import refuse_inputs_as_outputs
+from cl_zoo.optional import require
 
 PARTS_FOLDER = ".parts"
 
@@ -144,9 +147,6 @@ class ShardLayout:
 
 def finished_shard(folder: Path, s: int, fingerprint: str, digest: str) -> bool:
     """Whether shard ``s`` of this run is on disk whole; a shard of another run is an error, not a skip."""
-    from cl_zoo.arrays import read_npy_header
-    from cl_zoo.optional import require
-
     pq = require("pyarrow.parquet", "--out DIR/ (sharded embeddings)")
 
     meta, emb = folder / meta_name(s), folder / emb_name(s)
@@ -170,9 +170,6 @@ def check_output_folder(folder: Path, inputs: Sequence[str | os.PathLike[str]] =
     there, recognised by content; one :class:`DataError` line when anything it would write, use or
     delete is not cl-zoo's (a foreign ``manifest.json``, a folder named ``emb_00000.npy``, a ``.parts``
     link or a ``.parts`` folder of the user's) or is one of ``inputs``."""
-    from cl_zoo.embedding.parts import check_progress_folder
-    from cl_zoo.fileio import refuse_inputs_as_outputs
-
     if os.path.lexists(folder) and not folder.is_dir():
         raise DataError(f"--out {folder} is a file, not a folder for shards")
     parts = folder / PARTS_FOLDER
@@ -247,8 +244,6 @@ def complete_manifest(metadata: dict[str, Any], engine: Engine, run: dict[str, A
 
 def shard_record(folder: Path, s: int, layout: ShardLayout) -> ShardRecord:
     """A finished shard's manifest entry, read back from its files (the same for every rank's shards)."""
-    from cl_zoo.arrays import file_digest, read_npy_header
-
     rows = read_npy_header(folder / emb_name(s)).rows
     images = len(layout.shard_range(s))
     return ShardRecord(s, rows, images, images - rows, layout.shard_range(s).start, file_digest(folder / emb_name(s)))

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from cl_zoo.arrays import file_digest, read_npy_header
 from cl_zoo.embedding.checks import check_finite
 from cl_zoo.embedding.extract import BatchForward, Engine, FeatureResult, overlapped, prepare_engine
 from cl_zoo.embedding.options import EngineOptions
@@ -36,6 +37,7 @@ from cl_zoo.embedding.shards import (
     write_shard,
 )
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.optional import require
 
 # Failed samples have no row; their ids in a chunk are this plus their order among the failures.
 FAILURE_IDS = 1 << 40
@@ -220,9 +222,6 @@ def embed_tars_to_shards(
     barrier(world)
     records: list[ShardRecord] = []
     if rank == 0:
-        from cl_zoo.arrays import file_digest, read_npy_header
-        from cl_zoo.optional import require
-
         pq = require("pyarrow.parquet", "reading WebDataset tar shards", extra="remote")
 
         for t, tar in enumerate(tars):

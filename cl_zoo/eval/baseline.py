@@ -10,8 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
 import torch.nn as nn
 
+import cl_zoo
+from cl_zoo.checkpoint import config_pretrained_cfg, read_config
+
+from cl_zoo.registry import build_arch
 
 def load_model_or_baseline(model_spec: str, random_init: bool = False, seed: int = 0) -> nn.Module:
     """``cl_zoo.load_model(model_spec)``, or with ``random_init`` its architecture with weights drawn
@@ -20,14 +25,8 @@ def load_model_or_baseline(model_spec: str, random_init: bool = False, seed: int
     A checkpoint folder gives its own architecture, model arguments and preprocessing, untrained; a
     registry name gives that architecture's defaults. Returned in eval mode.
     """
-    import torch
-
-    import cl_zoo
-
     if not random_init:
         return cl_zoo.load_model(model_spec)
-    from cl_zoo.checkpoint import config_pretrained_cfg, read_config
-    from cl_zoo.registry import build_arch
 
     torch.manual_seed(seed)
     if Path(model_spec).is_dir():

@@ -26,6 +26,10 @@ import torch
 import torch.nn as nn
 from PIL import Image
 
+from cl_zoo.backends.int8 import CALIBRATION_SIZE, calibration_sample
+from cl_zoo.data.archive import cache_root
+from cl_zoo.data.folder import file_list_hash, open_image_folder
+from cl_zoo.embedding import extract_features, resolve_engine
 from cl_zoo.errors import DataError
 from cl_zoo.fileio import atomic_save_npy
 from cl_zoo.registry import PretrainedCfg
@@ -35,8 +39,6 @@ FEATURE_CACHE_VERSION = 1
 
 def feature_cache_dir() -> Path:
     """``$CL_ZOO_CACHE/features`` (default ``~/.cache/cl-zoo/features``)."""
-    from cl_zoo.data.archive import cache_root
-
     return cache_root() / "features"
 
 
@@ -186,8 +188,6 @@ def compute_features(
     and ``search`` also use, so an evaluation sees exactly the features a user embeds). Unlike
     ``embed``, evaluation cannot skip unreadable files: labels are aligned by position.
     """
-    from cl_zoo.embedding import extract_features
-
     if len(paths) == 0:
         raise DataError("no images to extract features from (empty split)")
     check_input_channels(model)
@@ -283,8 +283,6 @@ def split_features(
     cache is looked up under the engine that would run. int8 calibrates on a ``calibration_seed``
     sample of ``calibration`` (evaluations pass the train split, so both splits share one model).
     """
-    from cl_zoo.embedding import resolve_engine
-
     if len(data.paths) == 0:
         raise DataError(f"empty split: {getattr(data, 'source', '?')}")
     check_input_channels(model)
@@ -294,8 +292,6 @@ def split_features(
     planned: dict[str, Any] = {"precision": resolved, "backend": choice.name}
     int8_opts: dict[str, Any] = {}
     if resolved == "int8":
-        from cl_zoo.backends.int8 import CALIBRATION_SIZE, calibration_sample
-
         pool = list(calibration) if calibration is not None else list(data.paths)
         planned.update(calibration=files_fingerprint(calibration_sample(pool, CALIBRATION_SIZE, calibration_seed)),
                        forced=force_int8)
@@ -351,8 +347,6 @@ def first_per_class(data: Any, n: int) -> Any:
     The file-list hash is recomputed, so the cache and the report identify the subset, not the
     full split it came from.
     """
-    from cl_zoo.data.folder import file_list_hash
-
     if n < 1:
         raise DataError(f"--per-class must be at least 1, got {n}")
     labels = np.asarray(data.labels)
@@ -371,8 +365,6 @@ def open_eval_split(spec: str | os.PathLike, root: str | os.PathLike | None, spl
     With ``split=None`` the split is found: ``train`` for train; ``test`` then ``val`` for test
     (Imagenette has no test split); and a plain class folder (no split folders) is used as is.
     """
-    from cl_zoo.data.folder import open_image_folder
-
     if split is not None:
         return open_image_folder(spec, root=root, split=split)
     candidates = ["train"] if role == "train" else ["test", "val"]

@@ -19,7 +19,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from cl_zoo.data.images import ImageDecodeError, load_image
+from cl_zoo.embedding import display_path
 from cl_zoo.errors import DataError
+from cl_zoo.eval.plots import _figure, check_plot_path, save_figure
 
 MAX_ROWS = 8
 MAX_COLUMNS = 11  # a query and search's default k=10 neighbours
@@ -43,8 +46,6 @@ class Tile:
 
 def short_name(path: str, limit: int = 26) -> str:
     """The file name of ``path`` on one short line: its middle elided, so the extension and the start stay."""
-    from cl_zoo.embedding import display_path
-
     name = display_path(os.path.basename(str(path).rstrip("/")) or str(path))
     if len(name) <= limit:
         return name
@@ -60,8 +61,6 @@ def thumbnail(path: str, width: int = THUMB_PIXELS, aspect: float = TILE_ASPECT)
     mode), so a grid of large photos costs a fraction of full decodes.
     """
     from PIL import Image
-
-    from cl_zoo.data.images import ImageDecodeError, load_image
 
     height = round(width * aspect)
     try:
@@ -96,8 +95,6 @@ def grid_figure(rows: Sequence[Sequence[Tile]], title: str = "", *, feature: str
     Each axes is labelled ``tile:ROLE`` (``tile:missing`` for a placeholder) so that tests and
     callers can count what was drawn without reading pixels.
     """
-    from cl_zoo.eval.plots import _figure
-
     plt = _figure(feature)
     if not rows:
         raise DataError("nothing to plot: no rows")
@@ -167,7 +164,6 @@ def check_plot_option(path: str | os.PathLike[str] | None, feature: str) -> Path
     """``--plot``'s destination and matplotlib, both checked before a command reads or embeds anything."""
     if path is None:
         return None
-    from cl_zoo.eval.plots import _figure, check_plot_path
 
     _figure(feature)
     return check_plot_path(path)
@@ -178,8 +174,6 @@ def plot_neighbours(
     max_rows: int = MAX_ROWS, max_columns: int = MAX_COLUMNS,
 ) -> Path:
     """``search --plot``: one row per query (at most ``max_rows``), the query then its neighbours."""
-    from cl_zoo.eval.plots import save_figure
-
     fig = grid_figure(neighbour_rows(report, max_rows=max_rows, max_columns=max_columns), title, feature="cl-zoo search --plot")
     return save_figure(fig, path)
 
@@ -189,8 +183,6 @@ def plot_groups(
     max_rows: int = MAX_ROWS, max_columns: int = MAX_COLUMNS,
 ) -> Path:
     """``dedup --plot``: one row per near-duplicate group (at most ``max_rows``) with cosine similarities."""
-    from cl_zoo.eval.plots import save_figure
-
     if not groups:
         raise DataError("no near-duplicate groups to plot at this threshold; nothing was written (lower --threshold to see some)")
     fig = grid_figure(group_rows(groups, scores, max_rows=max_rows, max_columns=max_columns), title, feature="cl-zoo dedup --plot")

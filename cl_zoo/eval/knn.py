@@ -20,6 +20,9 @@ from typing import Any, Sequence
 import numpy as np
 
 from cl_zoo.errors import DataError
+from cl_zoo.eval.features import check_same_classes, model_identity, split_features
+from cl_zoo.eval.report import build_report, EvalResult
+from cl_zoo.index.search import require_faiss
 
 METRICS: tuple[str, ...] = ("cosine", "l2")
 
@@ -40,7 +43,6 @@ def l2_normalize(x: np.ndarray) -> np.ndarray:
 
 
 def _faiss_index(dim: int, metric: str, use_gpu: bool):  # noqa: ANN202 - faiss has no type stubs
-    from cl_zoo.index.search import require_faiss
 
     faiss = require_faiss("kNN classification (cl-zoo knn)")
 
@@ -237,9 +239,6 @@ def evaluate_knn(
     Features come from (and go to) the on-disk cache, so a second run with another k or T costs
     only the search.
     """
-    from cl_zoo.eval.features import check_same_classes, model_identity, split_features
-    from cl_zoo.eval.report import EvalResult, build_report
-
     check_same_classes(train.classes, test.classes)
     if len(test.paths) == 0:
         raise DataError(f"the test split is empty: {getattr(test, 'source', '?')}")

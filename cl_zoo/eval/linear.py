@@ -29,7 +29,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from cl_zoo.errors import DataError
+from cl_zoo.eval.features import check_input_channels, check_same_classes, eval_transform, ImageListDataset, model_cfg, model_identity, split_features, train_transform
 from cl_zoo.eval.knn import rank_classes, validate_split_labels
+from cl_zoo.eval.report import build_report, EvalResult
 
 DEFAULT_WD_GRID: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -287,8 +289,6 @@ def linear_augmented(
     ``train_data``/``test_data`` are :class:`~cl_zoo.data.folder.ImageFolderData`. Test images use
     the model's eval preprocessing (resize + centre crop), train images RandomResizedCrop + flip.
     """
-    from cl_zoo.eval.features import ImageListDataset, check_input_channels, eval_transform, model_cfg, train_transform
-
     num_classes = len(train_data.classes)
     validate_split_labels(np.asarray(train_data.labels), np.asarray(test_data.labels), num_classes)
     check_input_channels(model)
@@ -403,9 +403,6 @@ def evaluate_linear(
     log: Callable[[str], None] | None = None,
 ) -> Any:
     """Linear probe of ``model`` on two ImageFolderData splits under a named protocol -> ``EvalResult``."""
-    from cl_zoo.eval.features import check_same_classes, model_identity, split_features
-    from cl_zoo.eval.report import EvalResult, build_report
-
     check_same_classes(train.classes, test.classes)
     for name, split in (("train", train), ("test", test)):
         if len(split.paths) == 0:

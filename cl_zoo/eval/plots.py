@@ -16,7 +16,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from cl_zoo.errors import ClZooError
-from cl_zoo.fileio import atomic_path
+from cl_zoo.fileio import atomic_path, check_output_path
+from cl_zoo.optional import require
 
 
 class PlotPathError(ClZooError):
@@ -25,8 +26,6 @@ class PlotPathError(ClZooError):
 
 def _figure(feature: str = "--plot"):  # noqa: ANN202 - matplotlib.pyplot
     """pyplot on the Agg backend, or one line naming the ``plots`` extra; ``feature`` is what the user asked for."""
-    from cl_zoo.optional import require
-
     matplotlib = require("matplotlib", feature)
 
     matplotlib.use("Agg", force=False)
@@ -41,8 +40,6 @@ def check_plot_path(path: str | os.PathLike) -> Path:
     Called before a command loads its model or reads its inputs, so a typo in ``--plot`` costs
     nothing; the same reasons would otherwise surface as an OSError traceback after the work.
     """
-    from cl_zoo.fileio import check_output_path
-
     path = check_output_path(path, option="--plot", error=PlotPathError)  # a folder is named as such first
     if path.suffix.lower() != ".png":
         raise PlotPathError(f"--plot writes a PNG: name the file with .png (got {path})")

@@ -17,8 +17,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from cl_zoo.errors import DataError
+from cl_zoo import __version__
+from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, load_folder, read_config, upgrade_config
+from cl_zoo.checkpoint import card as cards
+from cl_zoo.data.named import NAMED_DATASETS
+from cl_zoo.errors import CheckpointError, DataError
+from cl_zoo.eval.features import weights_sha256
 from cl_zoo.fileio import atomic_write_json, atomic_write_text, read_json
+from cl_zoo.optional import is_installed
 
 REPORT_FORMAT_VERSION = 1
 # A report is metrics plus provenance (a few KB; a detection report with per-class AP about 10 KB);
@@ -29,9 +35,6 @@ MAX_REPORT_BYTES = 4 << 20
 def library_versions() -> dict[str, str]:
     import torch
     import torchvision
-
-    from cl_zoo import __version__
-    from cl_zoo.optional import is_installed
 
     # faiss is optional (cl-zoo[index]): linear-eval runs without it, and its report says so.
     faiss_version = "not installed"
@@ -65,8 +68,6 @@ def data_entry(data: Any) -> dict[str, Any]:
 
 def data_name(data: Any) -> str:
     """A short name for the data: the named dataset, else the folder/archive name."""
-    from cl_zoo.data.named import NAMED_DATASETS
-
     source = str(getattr(data, "source", "")).rstrip("/\\")
     named = source.split(":", 1)[0].lower()  # named datasets report their source as "cifar10:train"
     if named in NAMED_DATASETS:
@@ -238,11 +239,6 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
     The report must have been produced by the weights in ``folder`` (same state-dict sha256):
     otherwise a card could advertise another model's accuracy. Returns the metrics written.
     """
-    from cl_zoo.checkpoint.card import extra_sections, render_card
-    from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME, load_folder, read_config, upgrade_config
-    from cl_zoo.errors import CheckpointError
-    from cl_zoo.eval.features import weights_sha256
-
     folder = Path(folder)
     report = read_report(report_path)
     config = read_config(folder)
@@ -273,8 +269,8 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
     previous = [e for e in previous if not (e.get("metrics") == metrics and e.get("created") == evaluation["created"])]
     config["evaluations"] = previous + [evaluation]
     card_path = folder / CARD_NAME
-    kept = extra_sections(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
-    card = render_card(config, sections=kept, folder=folder)
+    kept = cards.extra_sections(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
+    card = cards.render_card(config, sections=kept, folder=folder)
     write_text_atomic(json.dumps(config, indent=2) + "\n", folder / CONFIG_NAME)
     write_text_atomic(card, folder / CARD_NAME)
     return metrics

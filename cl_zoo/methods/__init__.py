@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from cl_zoo.errors import ClZooError
+from cl_zoo.factory import create_model
 from cl_zoo.methods.base import ContrastiveMethod, ViewConfig
 
 # name -> "module:Class"; modules are imported on first use so a broken optional method cannot
@@ -104,8 +105,6 @@ def build_method(
             raise ClZooError("model_args only apply when the backbone is given by architecture name")
         backbone = backbone_arch
     else:
-        from cl_zoo.registry import create_model
-
         backbone = create_model(backbone_arch, **(model_args or {}))
     accepted = _accepted_kwargs(cls)
     unknown = sorted(set(hparams) - accepted)

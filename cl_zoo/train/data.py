@@ -33,6 +33,8 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from cl_zoo.data.augment import (PRESETS, AugmentConfig, AugmentParams, apply_params, normalize, preset,
                                  sample_params, to_device)
+from cl_zoo.data.memory import decode_square
+from cl_zoo.data.workers import usable_cpus
 from cl_zoo.errors import ClZooError
 
 
@@ -134,8 +136,6 @@ class _DecodeDataset(Dataset):
         return len(self.paths)
 
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor]:
-        from cl_zoo.data.memory import decode_square  # the exact decode the in-memory cache uses
-
         return i, torch.from_numpy(decode_square(self.paths[i], self.size).copy())
 
 
@@ -161,8 +161,6 @@ class StreamingBatches:
         # More decoding processes than usable CPUs only contend (and make DataLoader warn that it
         # may freeze): the recipe's default of 8 is capped on small machines. Batches do not depend
         # on the worker count, so results are unchanged.
-        from cl_zoo.data.workers import usable_cpus
-
         self.device, self.workers = device, min(workers, usable_cpus())
 
     def __len__(self) -> int:

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from cl_zoo.errors import ClZooError
+from cl_zoo.torchrun import torchrun_env
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,6 @@ def resolve_device(device: str | torch.device | None, local_rank: int = 0) -> to
 
 def init_distributed(device: str | torch.device | None = None) -> DistEnv:
     """Join the ``torchrun`` process group if launched by it; otherwise a single-process env."""
-    from cl_zoo.torchrun import torchrun_env  # checked: an inconsistent set is one error line
-
     launched = torchrun_env()
     world_size, rank, local_rank = launched.world_size, launched.rank, launched.local_rank
     dev = resolve_device(device, local_rank)

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from cl_zoo.eval import plots
 from cl_zoo.fileio import atomic_path
 from cl_zoo.optional import is_installed, missing_message
 
@@ -81,9 +82,7 @@ class RunLogger:
         if not is_installed("matplotlib"):
             print(f"{missing_message('matplotlib', CURVE_NAME, extra='train')}; the model is exported without it", flush=True)
             return None
-        from cl_zoo.eval.plots import save_figure, training_curves_figure
-
-        return save_figure(training_curves_figure(self.rows, title), self.run_dir / CURVE_NAME)
+        return plots.save_figure(plots.training_curves_figure(self.rows, title), self.run_dir / CURVE_NAME)
 
     def close(self) -> None:
         if self.tb is not None:

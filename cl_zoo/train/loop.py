@@ -40,9 +40,15 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from cl_zoo.checkpoint import save_pretrained
+from cl_zoo.data.folder import content_fingerprint, open_image_folder
+from cl_zoo.data.memory import decode_to_tensor
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
+from cl_zoo.eval.knn import knn_classify
 from cl_zoo.fileio import atomic_write_bytes, atomic_write_text
+from cl_zoo.methods import build_method_from_recipe
 from cl_zoo.optional import is_installed, missing_message
+from cl_zoo.precision import resolve_precision, why
 from cl_zoo.train import launch
 from cl_zoo.train.data import (
     InMemoryBatches,
@@ -51,6 +57,7 @@ from cl_zoo.train.data import (
     holdout_split,
     normalize_for,
 )
+from cl_zoo.train.logging import RunLogger
 from cl_zoo.train.optim import build_optimizer, lr_factor, set_lr
 from cl_zoo.train.recipe import Recipe
 from cl_zoo.train.state import CHECKPOINT_NAME, capture_rng_state, load_state, restore_rng_state, save_state
@@ -104,8 +111,6 @@ def open_train_data(spec: str | os.PathLike[str], split: str | None = None, root
     Labels are optional (self-supervised): a flat or nested folder of images opens unlabeled.
     ``root`` is where named datasets live (``--data-root``).
     """
-    from cl_zoo.data.folder import open_image_folder
-
     if split is not None:
         return open_image_folder(spec, root=root, split=split, require_labels=False)
     try:
@@ -116,8 +121,6 @@ def open_train_data(spec: str | os.PathLike[str], split: str | None = None, root
 
 def open_val_data(spec: str | os.PathLike[str], split: str | None = None, root: str | os.PathLike[str] | None = None):
     """Held-out data for the kNN monitor: ``split``, else ``val``/``test`` when present, else the folder."""
-    from cl_zoo.data.folder import open_image_folder
-
     if split is not None:
         return open_image_folder(spec, root=root, split=split)
     for candidate in ("val", "test"):
@@ -199,8 +202,6 @@ class Trainer:
         r = recipe
 
         # Method and architecture (unknown names, bad method_args: one-line errors).
-        from cl_zoo.methods import build_method_from_recipe
-
         torch.manual_seed(r.seed)
         self.method = build_method_from_recipe(r)
         self.num_views = self.method.num_views
@@ -256,8 +257,6 @@ class Trainer:
     def _training_data_record(self) -> dict[str, Any]:
         """What the backbone was trained on, for its config and card: a 2,000-image subset must not
         be carded as the dataset its recipe names."""
-        from cl_zoo.data.folder import content_fingerprint
-
         spec = Path(self.data_spec).expanduser()
         return {
             "source": str(spec.resolve()) if spec.exists() else self.data_spec,  # a path, or a named dataset
@@ -310,7 +309,6 @@ class Trainer:
                 self.method = method
             elif env.is_main:
                 print("note: SyncBatchNorm needs CUDA; BatchNorm statistics stay per process on CPU")
-        from cl_zoo.precision import resolve_precision, why
 
         precision = resolve_precision(r.precision, env.device, training=True)
         if precision == "fp16" and env.device.type != "cuda":
@@ -348,7 +346,6 @@ class Trainer:
         self.scaler = torch.amp.GradScaler("cuda", enabled=amp and precision == "fp16" and env.device.type == "cuda")
 
     def _load_images(self, data, index: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
-        from cl_zoo.data.memory import decode_to_tensor
 
         paths = data.paths if index is None else [data.paths[i] for i in index]
         key = data.file_list_hash if index is None else None
@@ -414,7 +411,6 @@ class Trainer:
         """Weighted kNN top-1 of the current backbone on the held-out split (main rank only)."""
         if self.monitor is None:
             return {}
-        from cl_zoo.eval.knn import knn_classify
 
         b_img, b_lab, q_img, q_lab = self.monitor
         ks = sorted({min(k, len(b_lab)) for k in KNN_KS})
@@ -506,7 +502,6 @@ class Trainer:
             atomic_write_text(self.run_dir / "recipe.yaml", r.to_yaml())
         self._build_batches()
         self._monitor_sets()
-        from cl_zoo.train.logging import RunLogger
 
         logger = RunLogger(self.run_dir, resume_epoch=start_epoch) if env.is_main else None
         kill_at = _fault_step("CL_ZOO_FAULT_KILL_STEP")
@@ -639,7 +634,6 @@ class Trainer:
 
     # ------------------------------------------------------------------ export
     def _export(self, knn: dict[str, float], logger) -> Path:  # noqa: ANN001
-        from cl_zoo.checkpoint import save_pretrained
 
         r = self.recipe
         backbone = self.method.backbone
@@ -704,9 +698,6 @@ def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | No
 
     The config records the epochs actually trained and the last kNN monitor result, if any.
     """
-    from cl_zoo.checkpoint import save_pretrained
-    from cl_zoo.methods import build_method_from_recipe
-
     run_dir = Path(run_dir)
     state = load_state(run_dir / CHECKPOINT_NAME)
     recipe = Recipe.from_dict(state["recipe"], source=f"checkpoint {run_dir / CHECKPOINT_NAME}")
