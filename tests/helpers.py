@@ -196,3 +196,29 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
 def expect_extra(capsys: pytest.CaptureFixture[str], code: int, feature: str, package: str, extra: str) -> None:
     assert code == 2
     assert one_error_line(capsys) == f"error: {feature} needs {package}, which is not installed: pip install 'cl-zoo[{extra}]'"
+
+
+def mutate(data: bytes, changes: list[tuple[str, float, object]]) -> bytes:
+    """``data`` with fuzzing edits applied in order: each is (kind, where in [0, 1), value).
+
+    The kinds hit what parsers trust: ``byte`` (one byte), ``int64`` (a little-endian count),
+    ``octal`` (text put in place, as tar sizes are octal text or base-256), ``truncate``,
+    ``insert`` (``value`` repeated) and ``delete`` (``value`` bytes). The fuzz suites of outputs and
+    of inputs draw their own edits and share this one interpreter of them.
+    """
+    out = bytearray(data)
+    for kind, where, value in changes:
+        pos = int(where * max(len(out), 1))
+        if kind == "byte" and out:
+            out[min(pos, len(out) - 1)] = int(value)  # type: ignore[call-overload]
+        elif kind == "int64":
+            out[pos : pos + 8] = int(value).to_bytes(8, "little")  # type: ignore[call-overload]
+        elif kind == "octal":
+            out[pos : pos + len(value)] = value  # type: ignore[arg-type]
+        elif kind == "truncate":
+            del out[pos:]
+        elif kind == "insert":
+            out[pos:pos] = bytes([int(value)]) * (1 + int(value) % 7)  # type: ignore[call-overload]
+        elif kind == "delete":
+            del out[pos : pos + int(value)]  # type: ignore[call-overload]
+    return bytes(out)

@@ -33,7 +33,7 @@ from cl_zoo.data import images
 from cl_zoo.embedding.inputs import MAX_BRACE_DEPTH, MAX_EXPANSION, brace_size, resolve_inputs
 from cl_zoo.embedding.preprocess import MAX_TAR_HEADER_BYTES, Preprocess, ShardError, TarBatches, tar_members
 from cl_zoo.errors import DataError
-from tests.helpers import REPO_ROOT, embed_test_photos, run_cli_captured
+from tests.helpers import REPO_ROOT, embed_test_photos, mutate, run_cli_captured
 
 REPO = REPO_ROOT
 PRE = Preprocess(resize_size=16, crop_size=(16, 16))
@@ -383,23 +383,6 @@ edit = st.one_of(
     st.tuples(st.just("insert"), st.floats(0, 1, exclude_max=True), st.integers(0, 255)),
 )
 edits = st.lists(edit, min_size=1, max_size=3)
-
-
-def mutate(data: bytes, changes: list[tuple[str, float, object]]) -> bytes:
-    out = bytearray(data)
-    for kind, where, value in changes:
-        pos = int(where * max(len(out), 1))
-        if kind == "byte" and out:
-            out[min(pos, len(out) - 1)] = value  # type: ignore[call-overload]
-        elif kind == "int64":
-            out[pos : pos + 8] = int(value).to_bytes(8, "little")  # type: ignore[call-overload]
-        elif kind == "octal":  # tar sizes are octal text (or base-256 with the top bit set)
-            out[pos : pos + len(value)] = value  # type: ignore[arg-type]
-        elif kind == "truncate":
-            del out[pos:]
-        elif kind == "insert":
-            out[pos:pos] = bytes([int(value)]) * (1 + int(value) % 7)  # type: ignore[call-overload]
-    return bytes(out)
 
 
 def _list_seeds() -> dict[str, bytes]:

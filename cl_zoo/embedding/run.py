@@ -223,7 +223,7 @@ def _webdataset(net: nn.Module, tars: list[str], out_path: Path, metadata: dict[
     if world > 1:
         raise ClZooError("torchrun with WebDataset input needs a folder output (--out DIR/)")
     result = extract_tar_features(net, tars, options=opts, image_key=image_key, progress=progress, max_batches=max_batches)
-    failures_csv = sidecar(out_path, ".failures.csv")
+    failures_csv = sidecar(out_path, FAILURES_SIDECAR)
     if result.failures:
         write_failures(failures_csv, result.failures)
     if not result.paths:

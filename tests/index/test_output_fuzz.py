@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from cl_zoo.embedding import load_embeddings, save_embeddings
 from cl_zoo.errors import DataError
 from cl_zoo.index.search import build_index, load_index, save_index, search
+from tests.helpers import mutate
 
 COUNTS: Counter[str] = Counter()
 ROWS, DIMS = 6, 8
@@ -38,23 +39,6 @@ edit = st.one_of(
     st.tuples(st.just("delete"), st.floats(0, 1, exclude_max=True), st.integers(1, 16)),
 )
 edits = st.lists(edit, min_size=1, max_size=3)
-
-
-def mutate(data: bytes, changes: list[tuple[str, float, int]]) -> bytes:
-    out = bytearray(data)
-    for kind, where, value in changes:
-        pos = int(where * max(len(out), 1))
-        if kind == "byte" and out:
-            out[min(pos, len(out) - 1)] = value
-        elif kind == "int64":
-            out[pos : pos + 8] = value.to_bytes(8, "little")
-        elif kind == "truncate":
-            del out[pos:]
-        elif kind == "insert":
-            out[pos:pos] = bytes([value]) * (1 + value % 7)
-        elif kind == "delete":
-            del out[pos : pos + value]
-    return bytes(out)
 
 
 @pytest.fixture(scope="module")
