@@ -43,13 +43,14 @@ or a folder where a file goes is one line in a second rather than a traceback af
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.text import one_line
@@ -62,6 +63,7 @@ __all__ = [
     "atomic_save_torch",
     "atomic_save_npy",
     "file_lock",
+    "files_fingerprint",
     "read_bounded_json",
     "read_json",
     "check_replaceable",
@@ -417,3 +419,23 @@ def cache_root() -> Path:
     and fetched releases. Here, in a torch-free leaf, so ``cl-zoo models`` can look in it without
     importing :mod:`cl_zoo.data` (``cl_zoo.data.archive.cache_root`` re-exports it)."""
     return Path(os.environ.get("CL_ZOO_CACHE", "~/.cache/cl-zoo")).expanduser()
+
+
+def files_fingerprint(paths: Sequence[str]) -> str:
+    """sha256 over each file's absolute path, size and mtime: who the files are, without reading them.
+
+    The file-list hash names files relative to their class folder, so it is equal for the train
+    and test halves of CIFAR's ``<class>/0000.jpg`` layout and for two encodings of one dataset; a
+    feature cache keyed on it alone would serve one split's features for another. This fingerprint
+    tells such copies apart (and misses the cache, correctly, when files are rewritten). The int8
+    calibration memo (:mod:`cl_zoo.backends.int8`) trusts it the same way, as make and ccache trust
+    file stats.
+    """
+    digest = hashlib.sha256()
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError as exc:
+            raise DataError(f"cannot read image {p}: {exc.strerror or exc}") from exc
+        digest.update(f"{os.path.abspath(p)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
+    return digest.hexdigest()

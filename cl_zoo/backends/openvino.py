@@ -62,7 +62,7 @@ from cl_zoo.backends.cache import (  # re-exported: the cache's names were first
     openvino_cache_dir,
     save_graph_folder,
 )
-from cl_zoo.backends.int8 import Int8Rejected, quantized_graph
+from cl_zoo.backends.int8 import CalibrationImages, Int8Rejected, quantized_graph
 from cl_zoo.errors import ClZooError
 from cl_zoo.optional import require
 
@@ -210,11 +210,12 @@ class OpenVINORunner:
         std: Sequence[float],
         precision: str,
         threads: int | None = None,
-        calibration: np.ndarray | None = None,
+        calibration: np.ndarray | CalibrationImages | None = None,
         force_int8: bool = False,
     ) -> None:
-        """``precision="int8"`` quantizes the converted graph on ``calibration`` (uint8 NHWC pixels
-        of the user's images) and raises :class:`~cl_zoo.backends.int8.Int8Rejected` when the result
+        """``precision="int8"`` quantizes the converted graph on ``calibration`` (the user's images,
+        uint8 NHWC pixels or :class:`~cl_zoo.backends.int8.CalibrationImages` that decode only when
+        the cache needs them) and raises :class:`~cl_zoo.backends.int8.Int8Rejected` when the result
         fails its fidelity gate, unless ``force_int8``."""
         require("openvino", "--backend openvino")
 
@@ -222,6 +223,8 @@ class OpenVINORunner:
             raise ClZooError(f"OpenVINO runs fp32, bf16 or int8, not {precision}")
         if precision == "int8" and calibration is None:
             raise ClZooError("int8 needs calibration images")
+        if isinstance(calibration, np.ndarray):
+            calibration = CalibrationImages.from_pixels(calibration)
         self.precision = precision
         self.fidelity = None
         self.int8_folder: Path | None = None
@@ -256,13 +259,12 @@ class OpenVINORunner:
         self.converted = True
 
     def _graph(self, model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
-               calibration: np.ndarray | None, threads: int | None, force_int8: bool) -> Path:
+               calibration: CalibrationImages | None, threads: int | None, force_int8: bool) -> Path:
         """The folder of the graph to compile: the converted one, or its int8 version (gated)."""
         if self.precision != "int8":
             return self.folder
         assert calibration is not None
-        pixels = self.host_transform(calibration) if self.host_transform is not None else calibration
-        graph_folder, self.fidelity, self.quantized = self._int8(model, input_hw, mean, std, pixels, threads)
+        graph_folder, self.fidelity, self.quantized = self._int8(model, input_hw, mean, std, calibration, threads)
         self.int8_folder = graph_folder
         if not force_int8:
             if self.fidelity is None:
@@ -288,7 +290,7 @@ class OpenVINORunner:
         self.queue = ov.AsyncInferQueue(self.compiled, self.jobs)
         self.queue.set_callback(self._done)
 
-    def _probe(self, model: nn.Module, mean: Sequence[float], std: Sequence[float], calibration: np.ndarray | None,
+    def _probe(self, model: nn.Module, mean: Sequence[float], std: Sequence[float], calibration: CalibrationImages | None,
                force_int8: bool) -> str | None:
         """Why the compiled graph does not reproduce ``model`` on a few images (None when it does).
 
@@ -300,7 +302,9 @@ class OpenVINORunner:
         if self.precision == "int8":
             if calibration is None or self.fidelity is None or (force_int8 and not self.fidelity.passed):
                 return None
-            pixels = np.ascontiguousarray(calibration[len(calibration) // 2 :][:PROBE_IMAGES])
+            pixels = calibration.held_out(PROBE_IMAGES)
+            if len(pixels) == 0:
+                return None
         else:
             pixels = np.random.default_rng(0).integers(0, 256, (PROBE_IMAGES, *self.input_hw, 3), dtype=np.uint8)
         with torch.no_grad():
@@ -320,17 +324,18 @@ class OpenVINORunner:
         return None
 
     def _int8(self, model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float], std: Sequence[float],
-              calibration: np.ndarray, threads: int | None) -> tuple[Path, Any, bool]:
+              calibration: CalibrationImages, threads: int | None) -> tuple[Path, Any, bool]:
         """The cached or newly quantized int8 graph; a damaged fp32 cache entry is rebuilt once."""
+        transform = self.host_transform
         try:
-            return quantized_graph(self.folder, calibration, threads=threads)
+            return quantized_graph(self.folder, calibration, threads=threads, transform=transform)
         except ClZooError:
             raise
         except Exception as exc:  # noqa: BLE001 - a fp32 graph that cannot be read is rebuilt, then reported
             if self.converted:
                 raise ConversionError(f"int8 quantization failed ({type(exc).__name__}: {str(exc)[:200]})") from None
             self._reconvert(model, input_hw, mean, std)
-            return quantized_graph(self.folder, calibration, threads=threads)
+            return quantized_graph(self.folder, calibration, threads=threads, transform=transform)
 
     @staticmethod
     def _done(request: Any, userdata: tuple[np.ndarray, int, "_Countdown", np.ndarray]) -> None:

@@ -10,22 +10,26 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import os
 import warnings
 from dataclasses import asdict
 from typing import Any, Sequence
 
+import PIL
 import torch
 import torch.nn as nn
 
+from cl_zoo import __version__ as cl_zoo_version
 from cl_zoo.backends import openvino_available, resolve_backend
-from cl_zoo.backends.int8 import CALIBRATION_SIZE, INT8_FEATURE, calibration_sample, Int8Rejected, pixels_digest
+from cl_zoo.backends.int8 import CALIBRATION_SIZE, INT8_FEATURE, CalibrationImages, calibration_sample, Int8Rejected
 from cl_zoo.backends.openvino import ConversionError, has_host_transform, is_cached, OpenVINORunner
 from cl_zoo.embedding.preprocess import (
     Preprocess,
     decode_images,
 )
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.fileio import files_fingerprint
 from cl_zoo.optional import require
 from cl_zoo.precision import autocast, resolve_precision, usable_cores
 
@@ -126,6 +130,18 @@ def openvino_runner(model: nn.Module, fingerprint: str, preprocess: Preprocess, 
     return runner, "converted now" if runner.converted else "compiled from the cache"
 
 
+def calibration_identity(paths: Sequence[str], preprocess: Preprocess) -> str | None:
+    """Who the calibration images are without decoding them: their files' identity, the preprocessing
+    and the decoder's version (:class:`~cl_zoo.backends.int8.CalibrationImages`); None when a file
+    cannot be stat'ed (then they are decoded, and the unreadable ones skipped, as before)."""
+    try:
+        files = files_fingerprint(paths)
+    except DataError:
+        return None
+    payload = {"files": files, "preprocess": asdict(preprocess), "pillow": PIL.__version__, "cl_zoo": cl_zoo_version}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
 def int8_runner(
     model: nn.Module, fingerprint: str, preprocess: Preprocess, candidates: Sequence[str], size: int | None, seed: int,
     force: bool, workers: int, dev: torch.device,
@@ -136,11 +152,12 @@ def int8_runner(
     precision ``auto`` picks on OpenVINO; ``force`` keeps int8 and says so in the record.
     """
     chosen = calibration_sample([os.fspath(p) for p in candidates], CALIBRATION_SIZE if size is None else size, seed)
-    pixels = decode_images(chosen, preprocess, workers)
-    if len(pixels) == 0:
+    # decoded only if the cache needs the pixels (a warm run finds its int8 model by their remembered digest)
+    images = CalibrationImages(chosen, lambda paths: decode_images(paths, preprocess, workers), calibration_identity(chosen, preprocess))
+    if len(images) == 0:
         raise DataError(f"none of the {len(chosen)} calibration images could be read")
     record: dict[str, Any] = {
-        "calibration_images": len(pixels), "calibration_seed": seed, "calibration_sha256": pixels_digest(pixels),
+        "calibration_images": None, "calibration_seed": seed, "calibration_sha256": None,  # filled in once the runner is made
         "forced": bool(force), "recipe": "NNCF post-training quantization, PERFORMANCE preset, min/max activation ranges, full bias correction",
     }
     try:
@@ -149,9 +166,10 @@ def int8_runner(
         record["nncf"] = nncf.__version__
         runner = OpenVINORunner(
             model, fingerprint=fingerprint, input_hw=preprocess.crop_size, mean=preprocess.mean, std=preprocess.std,
-            precision="int8", threads=usable_cores(), calibration=pixels, force_int8=force,
+            precision="int8", threads=usable_cores(), calibration=images, force_int8=force,
         )
     except Int8Rejected as exc:
+        record.update(calibration_images=len(images), calibration_sha256=images.digest)
         fallback = resolve_precision("auto", dev)
         if exc.fidelity is not None:
             record["fidelity"] = {**asdict(exc.fidelity), "passed": False}
@@ -162,12 +180,12 @@ def int8_runner(
         if runner is None:
             raise ClZooError(f"{reason}, but OpenVINO cannot run this model ({why})") from None
         return runner, fallback, reason, record
-    record["ran"] = True
+    record.update(calibration_images=len(images), calibration_sha256=images.digest, ran=True)
     if runner.fidelity is not None:
         record["fidelity"] = {**asdict(runner.fidelity), "passed": runner.fidelity.passed}
         why = ("forced; " if force and not runner.fidelity.passed else "") + runner.fidelity.describe()
     else:
-        why = f"forced; {len(pixels)} calibration images are too few to measure fidelity"
+        why = f"forced; {len(images)} calibration images are too few to measure fidelity"
     made = "quantized now" if runner.quantized else "int8 model from the cache"
     return runner, "int8", f"{made}; {why}", record
 

@@ -31,7 +31,7 @@ from cl_zoo.data.archive import cache_root
 from cl_zoo.data.folder import file_list_hash, open_image_folder
 from cl_zoo.embedding import extract_features, resolve_engine
 from cl_zoo.errors import DataError
-from cl_zoo.fileio import atomic_save_npy
+from cl_zoo.fileio import atomic_save_npy, files_fingerprint
 from cl_zoo.registry import PretrainedCfg
 
 FEATURE_CACHE_VERSION = 1
@@ -220,24 +220,6 @@ class FeatureSet:
     precision: str = "fp32"  # the engine that computed them
     backend: str = "torch"
     quantization: dict[str, Any] | None = None  # int8 asked for: calibration and fidelity (None when read from the cache)
-
-
-def files_fingerprint(paths: Sequence[str]) -> str:
-    """sha256 over each file's absolute path, size and mtime.
-
-    The file-list hash names files relative to their class folder, so it is equal for the train
-    and test halves of CIFAR's ``<class>/0000.jpg`` layout and for two encodings of one dataset; a
-    feature cache keyed on it alone would serve one split's features for another. This fingerprint
-    tells such copies apart (and misses the cache, correctly, when files are rewritten).
-    """
-    digest = hashlib.sha256()
-    for p in paths:
-        try:
-            st = os.stat(p)
-        except OSError as exc:
-            raise DataError(f"cannot read image {p}: {exc.strerror or exc}") from exc
-        digest.update(f"{os.path.abspath(p)}\t{st.st_size}\t{st.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 def cache_key(identity: dict[str, Any], file_list_hash: str, preprocessing: dict[str, Any], fingerprint: str = "",

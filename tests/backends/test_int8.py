@@ -154,6 +154,54 @@ def test_int8_features_are_close_and_recorded(images: list[str]) -> None:
 
 
 @needs_int8
+def test_a_warm_int8_run_finds_its_model_without_decoding_the_calibration_set(
+        images: list[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Issue 44: the int8 cache is keyed by the calibration pixels' digest; a warm run takes it from a
+    memo under the files' identity instead of decoding them all again, and nothing stale survives."""
+    import os
+
+    from cl_zoo.backends.openvino import openvino_cache_dir
+    from cl_zoo.backends.openvino import PROBE_IMAGES
+    from cl_zoo.embedding import engine as engine_mod
+
+    own = tmp_path / "calibration"  # files of this test's own: it changes one of them
+    own.mkdir()
+    paths = []
+    for i, src in enumerate(images):
+        dst = own / Path(src).name
+        dst.write_bytes(Path(src).read_bytes())
+        paths.append(str(dst))
+    model = tiny_model(seed=0)
+    first = extract_features(model, paths, precision="int8", backend="auto", workers=0, force_int8=True)  # made or found
+    decoded: list[int] = []
+    real = engine_mod.decode_images
+    monkeypatch.setattr(engine_mod, "decode_images", lambda p, *a, **k: decoded.append(len(p)) or real(p, *a, **k))
+
+    def warm() -> tuple[object, int]:
+        decoded.clear()
+        result = extract_features(model, paths, precision="int8", backend="auto", workers=0, force_int8=True)
+        assert result.backend_reason.startswith("int8 model from the cache"), result.backend_reason
+        np.testing.assert_array_equal(result.features, first.features)
+        assert result.quantization["calibration_sha256"] == first.quantization["calibration_sha256"]
+        assert result.quantization["calibration_images"] == len(paths)
+        return result, sum(decoded)
+
+    assert warm()[1] <= PROBE_IMAGES  # at most the probe's held-out images, never the set
+    os.utime(paths[0], ns=(os.stat(paths[0]).st_atime_ns, os.stat(paths[0]).st_mtime_ns + 10**9))
+    assert warm()[1] == len(paths)  # another identity: decoded, and the same pixels find the same model
+    memos = sorted((openvino_cache_dir() / "calibration").glob("*.json"))
+    assert memos
+    for memo in memos:  # a memo naming other pixels is not believed over the pixels themselves
+        record = json.loads(memo.read_text())
+        memo.write_text(json.dumps({**record, "pixels_sha256": "0" * 64}))
+    assert warm()[1] == len(paths)
+    for memo in memos:
+        memo.write_text("{not json")
+    assert warm()[1] == len(paths)
+    assert warm()[1] <= PROBE_IMAGES  # and remembered again
+
+
+@needs_int8
 def test_a_failed_gate_falls_back_to_float_in_one_warning(images: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(Fidelity, "passed", property(lambda self: False))
     model = tiny_model(seed=0)
