@@ -10,7 +10,10 @@ across ranks instead (``sync_bn = True`` by default; the trainer converts the mo
 the per-GPU statistic that the shuffle was hiding. On a single device there is nothing to shuffle.
 
 Options: ``symmetric`` (both views as queries, loss averaged, both keys enqueued; the common CIFAR
-variant) and ``eqco_alpha`` (EqCo, Eq. 5: the queue's K negatives imitate ``alpha`` negatives via the
+variant), ``split_bn`` (one device: the backbone's BatchNorm computes its statistics over that many
+splits of the batch and the key batch is shuffled before the key encoder and put back after it,
+MoCo's shuffled BN simulated as lightly's CIFAR-10 benchmark does; :mod:`cl_zoo.methods.split_bn`)
+and ``eqco_alpha`` (EqCo, Eq. 5: the queue's K negatives imitate ``alpha`` negatives via the
 margin ``tau log(alpha/K)``; ``alpha == queue_size`` is plain InfoNCE).
 """
 
@@ -23,6 +26,7 @@ from cl_zoo.losses.eqco import eqco_loss
 from cl_zoo.losses.infonce import info_nce
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.methods.queue import EmbeddingQueue, queue_health
+from cl_zoo.methods.split_bn import convert_split_batchnorm
 
 
 class MoCoV2(MomentumMethod):
@@ -40,11 +44,22 @@ class MoCoV2(MomentumMethod):
         queue_size: int = 65536,
         symmetric: bool = False,
         eqco_alpha: float | None = None,
+        split_bn: int = 1,
         **base_kwargs: object,
     ) -> None:
+        if isinstance(split_bn, bool) or not isinstance(split_bn, int) or split_bn < 1:
+            raise ValueError(f"split_bn must be an integer >= 1 (1: plain BatchNorm), got {split_bn!r}")
+        if split_bn > 1 and base_kwargs.get("sync_bn") is None:
+            base_kwargs["sync_bn"] = False  # the class default (SyncBN) gives way to the split asked for
         super().__init__(backbone, num_views=2, **base_kwargs)  # type: ignore[arg-type]
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0, got {temperature}")
+        if split_bn > 1 and self.sync_bn:
+            raise ValueError("split_bn simulates shuffled BatchNorm on one device and sync_bn synchronises it across "
+                             "devices: set sync_bn: false with split_bn, or split_bn: 1 with sync_bn")
+        self.split_bn = split_bn
+        if split_bn > 1:  # before the key encoder is copied from it: both encoders split alike (as lightly's)
+            self.backbone = convert_split_batchnorm(self.backbone, split_bn)
         if eqco_alpha is not None and not eqco_alpha > 0:
             raise ValueError(f"eqco_alpha must be > 0, got {eqco_alpha}")
         self.temperature = float(temperature)
@@ -52,6 +67,23 @@ class MoCoV2(MomentumMethod):
         self.eqco_alpha = None if eqco_alpha is None else float(eqco_alpha)
         self.build_key_encoder()
         self.queue = EmbeddingQueue(queue_size, self.head.out_dim)
+
+    def check_batch_size(self, global_batch: int) -> None:
+        if self.split_bn > 1 and global_batch % self.split_bn:
+            raise ValueError(f"batch size {global_batch} is not divisible by split_bn={self.split_bn}: every BatchNorm "
+                             "split needs the same number of images")
+
+    @torch.no_grad()
+    def key(self, x: Tensor) -> Tensor:
+        """Keys of ``x`` in its order; with ``split_bn`` computed on a shuffled batch, so that a key's
+        BatchNorm split holds other images than its query's (MoCo's shuffled BN on one device)."""
+        if self.split_bn == 1:
+            return super().key(x)
+        order = torch.randperm(len(x), device=x.device)
+        shuffled = super().key(x[order])
+        keys = torch.empty_like(shuffled)
+        keys[order] = shuffled
+        return keys
 
     def contrast(self, q: Tensor, k: Tensor, negatives: Tensor) -> Tensor:
         if self.eqco_alpha is None:

@@ -231,6 +231,7 @@ SOURCES: dict[str, dict[str, tuple[Any, str, str | None]]] = {'cacr_cifar10': {'
                     'method_args.head_layers': (2, 'lightly/models/modules/heads.py:163', 'num_layers: int = 2,'),
                     'method_args.head_bn': (False, 'lightly/models/modules/heads.py:164', 'batch_norm: bool = False,'),
                     'method_args.symmetric': (True, 'LB:342', 'loss = 0.5 * (loss_1 + loss_2)'),
+                    'method_args.split_bn': (8, 'LB:297', 'num_splits = 0 if sync_batchnorm else 8'),
                     'method_args.no_decay_norm_bias': (False,
                                                        'LB:347-354',
                                                        'params = list(self.backbone.parameters()) + '
