@@ -94,8 +94,9 @@ def bank_nce_loss(
 ) -> tuple[Tensor, Tensor]:
     """CMC's NCE objective (supplement Eq. 10-11) with column 0 of ``candidates`` the data sample and
     the other K columns the noise samples. ``z`` is the fixed normaliser; when None it is estimated
-    from this batch (``mean(h) * num_entries``, no gradient). Returns ``(loss, z)`` so the caller keeps
-    ``z`` for every later batch."""
+    from this batch (``mean(h) * num_entries``, no gradient), and so is a negative tensor ``z`` (the
+    bank's "not estimated yet" mark), picked on the device so that a training step never waits to
+    read it on the host. Returns ``(loss, z)`` so the caller keeps ``z`` for every later batch."""
     check_temperature(temperature)
     _check_candidates(anchor, candidates)
     num_noise = candidates.shape[1] - 1
@@ -106,9 +107,10 @@ def bank_nce_loss(
     with full_precision(anchor):
         a = prepare(anchor, normalize)
         scores = torch.einsum("bd,bkd->bk", a, upcast(candidates)) / temperature  # log h
-        if z is None:
+        if z is None or isinstance(z, Tensor):
             with torch.no_grad():
-                z = torch.exp(scores).mean() * num_entries
+                estimate = torch.exp(scores).mean() * num_entries
+                z = estimate if z is None else torch.where(z.to(scores.dtype) < 0, estimate, z.to(scores.dtype))
         z = torch.as_tensor(z, dtype=scores.dtype, device=scores.device)
         log_p = scores - torch.log(z)  # log of the model density h / Z
         log_noise = math.log(num_noise / num_entries)  # log(m * P_n)
@@ -208,11 +210,10 @@ def cmc_bank_loss(
             if objective == "softmax":
                 total = total + bank_softmax_loss(views[anchor], cands, temperature, normalize=normalize)
             else:
-                stored = bank.nce_z[anchor, other]
-                z = None if stored < 0 else stored
-                loss, z_used = bank_nce_loss(views[anchor], cands, bank.num_entries, temperature, z, normalize=normalize)
-                if stored < 0:
-                    bank.nce_z[anchor, other] = z_used.to(bank.nce_z.dtype)
+                # the first batch's estimate where none is stored yet (-1), else the stored one: no host read
+                loss, z_used = bank_nce_loss(views[anchor], cands, bank.num_entries, temperature, bank.nce_z[anchor, other],
+                                             normalize=normalize)
+                bank.nce_z[anchor, other] = z_used.to(bank.nce_z.dtype)
                 total = total + loss
     if update:
         for v, z in enumerate(views):

@@ -189,8 +189,14 @@ def test_resuming_with_more_epochs_keeps_the_runs_own_schedule(tmp_path, folder,
 HOST_READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__", "__format__", "numpy", "cpu")
 
 
+# the no-host-read cases beyond a method's defaults: MoCo's split BN shuffles keys, CMC's NCE bank keeps its Z
+STEP_CASES = {"mocov2_split_bn": ("mocov2", {"split_bn": 2}),
+              "cmc_bank_nce": ("cmc", {"negatives": "memory_bank", "objective": "nce", "bank_size": 64, "num_negatives": 8})}
+
+
 def _tiny_recipe(method: str, **extra) -> Recipe:
-    args = {"head_hidden_dim": 32, "head_out_dim": 16, **({"queue_size": 24} if method == "mocov2" else {})}
+    method, case_args = STEP_CASES.get(method, (method, {}))
+    args = {"head_hidden_dim": 32, "head_out_dim": 16, **({"queue_size": 24} if method == "mocov2" else {}), **case_args}
     return Recipe.from_dict({
         "method": method, "arch": "pixels", "model_args": {"input_size": 16}, "method_args": args,
         "data": {"image_size": 16, "augment": "cifar"}, "epochs": 1, "batch_size": 4, "knn_every": 0,
@@ -198,7 +204,7 @@ def _tiny_recipe(method: str, **extra) -> Recipe:
     })
 
 
-@pytest.mark.parametrize("method", ["dcl", "mocov2"])
+@pytest.mark.parametrize("method", ["dcl", "mocov2", "mocov2_split_bn", "cmc_bank_nce"])
 def test_training_steps_read_nothing_on_the_host_between_log_steps(tmp_path, folder, monkeypatch, method):
     """Issue 39: a step that reads a value on the host (``.tolist()`` of the logs, ``if isfinite(loss)``,
     ``.item()`` for the progress bar, ``int(queue.ptr)``) stalls a GPU every step. Each host read made
