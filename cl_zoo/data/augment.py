@@ -124,6 +124,16 @@ class AugmentConfig:
                    mean=CIFAR10_MEAN, std=CIFAR10_STD, name="cifar")
 
     @classmethod
+    def align_uniform(cls, size: int = 32) -> "AugmentConfig":
+        """CACR's CIFAR-10 augmentation (its Algorithm 1, "exactly the same as the one used in Wang & Isola
+        (2020)"; ../shared/seeds/004 lines 1565-1572): ``RandomResizedCrop(32, scale=(0.2, 1))``, flip,
+        ``ColorJitter(0.4, 0.4, 0.4, 0.4)`` on every image (no ``RandomApply``), ``RandomGrayscale(p=0.2)``,
+        ``Normalize((0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))``; CACR and its CMC baseline use it."""
+        return cls(size=size, scale=(0.2, 1.0), jitter_p=1.0, brightness=0.4, contrast=0.4, saturation=0.4, hue=0.4,
+                   grayscale_p=0.2, blur_p=0.0, mean=(0.4914, 0.4822, 0.4465), std=(0.2023, 0.1994, 0.2010),
+                   name="align_uniform")
+
+    @classmethod
     def cmc(cls, size: int = 224, scale_min: float = 0.2) -> "AugmentConfig":
         """CMC: crop (scale 0.2-1, authors' --crop_low) + flip only; RGB [0,1] out, Lab is done in the model."""
         return cls(size=size, scale=(scale_min, 1.0), jitter_p=0.0, brightness=0.0, contrast=0.0,
@@ -131,7 +141,7 @@ class AugmentConfig:
 
 
 PRESETS = {"simclr": AugmentConfig.simclr, "dcl": AugmentConfig.dcl, "mocov2": AugmentConfig.mocov2,
-           "cifar": AugmentConfig.cifar, "cmc": AugmentConfig.cmc}
+           "cifar": AugmentConfig.cifar, "align_uniform": AugmentConfig.align_uniform, "cmc": AugmentConfig.cmc}
 
 
 def preset(name: str, size: int | None = None) -> AugmentConfig:

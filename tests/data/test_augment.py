@@ -205,6 +205,29 @@ def test_presets():
         AugmentConfig(size=32, scale=(0.5, 0.2))
 
 
+def test_align_uniform_is_cacrs_algorithm_1():
+    """CACR's CIFAR-10 augmentation (its CMC baseline's too), value for value with the paper's code listing."""
+    from pathlib import Path
+
+    a = preset("align_uniform")
+    assert (a.size, a.scale, a.ratio, a.flip_p) == (32, (0.2, 1.0), (3 / 4, 4 / 3), 0.5)
+    assert (a.jitter_p, a.brightness, a.contrast, a.saturation, a.hue, a.jitter_order) == (1.0, 0.4, 0.4, 0.4, 0.4, "random")
+    assert (a.grayscale_p, a.blur_p, a.solarize_p) == (0.2, 0.0, 0.0)
+    assert a.mean == (0.4914, 0.4822, 0.4465) and a.std == (0.2023, 0.1994, 0.2010)
+    paper = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "004_0b91e54b540b7465.txt"
+    if not paper.is_file():
+        pytest.skip(f"needs {paper} (the shared folder beside the project is absent) for the quote check")
+    listing = [line.strip() for line in paper.read_text(encoding="utf-8").splitlines()[1564:1572]]
+    assert listing == ["transforms.RandomResizedCrop(32, scale=(0.2, 1)),",
+                       "transforms.RandomHorizontalFlip(),# by default p=0.5",
+                       "transforms.ColorJitter(0.4, 0.4, 0.4, 0.4),",
+                       "transforms.RandomGrayscale(p=0.2),",
+                       "transforms.ToTensor(), # normalize to value in [0,1]",
+                       "transforms.Normalize(",
+                       "(0.4914, 0.4822, 0.4465),",
+                       "(0.2023, 0.1994, 0.2010),"]
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_device_follows_input(device):
     x = _smooth(5, 24, 24).to(device)
