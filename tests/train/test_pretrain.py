@@ -204,7 +204,7 @@ def _tiny_recipe(method: str, **extra) -> Recipe:
     })
 
 
-@pytest.mark.parametrize("method", ["dcl", "mocov2", "mocov2_split_bn", "cmc_bank_nce"])
+@pytest.mark.parametrize("method", ["dcl", "dclw", "simclr", "mocov2", "mocov2_split_bn", "jcl", "simo", "cacr", "cmc", "cmc_bank_nce"])
 def test_training_steps_read_nothing_on_the_host_between_log_steps(tmp_path, folder, monkeypatch, method):
     """Issue 39: a step that reads a value on the host (``.tolist()`` of the logs, ``if isfinite(loss)``,
     ``.item()`` for the progress bar, ``int(queue.ptr)``) stalls a GPU every step. Each host read made
