@@ -18,6 +18,9 @@
 # batch 256 a step took 32 s (lightly: PIL transforms in one worker) / 24 s (ours) -> 19 steps, about 8-10 min per
 # epoch of 5,000 images, 2-2.5 h per 15-epoch run, 33 runs for 11 factors x 3 seeds; on an idle machine expect several
 # times less. At full width (1.0) a step of 64 images took 27 s (lightly) / 28 s (ours).
+# On a quiet 2-core EPYC (2026-11-27) the table in docs/results.md ran at AB_EPOCHS=16 AB_WIDTH=0.25 AB_BATCH=128
+# AB_TRAIN_PER_CLASS=250 AB_TEST_PER_CLASS=200: 9-12 s an epoch on either side, 3.3-4 min a run, 20 runs in about 2 h.
+# Anything else on the machine (tests, a second trainer) slows it several times: two OpenMP runs on two cores fight.
 #
 # Environment (defaults in brackets): AB_WORK [runs/lightly_ab], AB_SEEDS ["0 1 2"], AB_EPOCHS [15], AB_WIDTH [0.25],
 # AB_BATCH [256], AB_TRAIN_PER_CLASS [500], AB_TEST_PER_CLASS [200], AB_FACTORS [every factor, the
