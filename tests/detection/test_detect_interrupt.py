@@ -27,6 +27,18 @@ from cl_zoo.errors import ClZooError
 EXIT_WITHIN_S = 45.0
 
 
+@pytest.fixture(autouse=True)
+def _ctrl_c_raises_keyboard_interrupt():
+    """Python's own SIGINT handler for each test, whatever the suite was started under: a job started in
+    the background of a non-interactive shell inherits SIGINT ignored, so SIGINT would never arrive here
+    (nor in the subprocess, which inherits an ignored signal but not a Python handler)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _interrupt_after(seconds: float) -> threading.Timer:
     """SIGINT to this process from another thread, as Ctrl-C would deliver it."""
     timer = threading.Timer(seconds, os.kill, (os.getpid(), signal.SIGINT))

@@ -63,8 +63,9 @@ def test_recipe_builds_and_steps(path: Path) -> None:
     assert all(p in PRESETS for p in method.view_config.presets())
     assert method.sync_bn == recipe.sync_bn
     size = 16 if "cifar" in recipe.arch else 32
-    views = [torch.rand(4, 3, size, size) for _ in range(method.num_views)]
-    loss, logs = method(views, torch.arange(4), 0.0)
+    batch = max(4, args.get("split_bn", 1))  # split BatchNorm needs a batch its splits divide
+    views = [torch.rand(batch, 3, size, size) for _ in range(method.num_views)]
+    loss, logs = method(views, torch.arange(batch), 0.0)
     assert torch.isfinite(loss) and "loss" in logs
     loss.backward()
     method.after_optimizer_step(0.01)
