@@ -86,7 +86,7 @@ def model_fingerprint(model: nn.Module) -> str:
     for name, tensor in sorted(model.state_dict().items()):
         digest.update(name.encode())
         digest.update(str(tuple(tensor.shape)).encode())
-        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())  # the buffer itself, not a copy
     return digest.hexdigest()
 
 
