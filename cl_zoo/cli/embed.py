@@ -32,8 +32,8 @@ STOP_AFTER_ENV = "CL_ZOO_EMBED_STOP_AFTER_BATCHES"
               help="Folder output: images per shard (default: ~1M rows or 1 GiB of features, whichever first).")
 @click.option("-b", "--batch-size", default=64, show_default=True, type=click.IntRange(min=1), help="Images per forward pass.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N.")
-@click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: on a CPU, as many as decoding's share of the CPU time measured at start-up "
-                   "needs; on a GPU the usable CPUs; at most 8).")
+@click.option("-j", "--workers", default=None, type=click.IntRange(min=0), help="Decoding processes (default: the usable CPUs, at most 8; they start before the model is "
+                   "ready and sleep whenever enough images wait decoded).")
 @click.option("--precision", default="auto", show_default=True, type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]),
               help="auto: bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32. int8 (cl-zoo[int8], CPU): "
                    "quantized on 512 of your images and used only if it keeps neighbour recall@10 >= 0.95 against "

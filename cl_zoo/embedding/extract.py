@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from cl_zoo.data.workers import default_workers, usable_cpus
+from cl_zoo.data.workers import default_workers
 from cl_zoo.embedding.checks import (
     check_finite,
 )
@@ -38,7 +38,6 @@ from cl_zoo.embedding.preprocess import (
     ImageList,
     Preprocess,
     collate_images,
-    stack_pixels,
 )
 from cl_zoo.embedding.progress import (
     Chunk,
@@ -133,33 +132,43 @@ def extract_features(
         backend=backend, fuse=fuse, calibration=calibration, calibration_size=calibration_size,
         calibration_seed=calibration_seed, force_int8=force_int8,
     )
+    check_options(opts)
     batch_size = opts.batch_size
-    engine = prepare_engine(model, paths, opts, need_fingerprint=progress_dir is not None)
     chunk_batches = chunk_batches or max(1, 1024 // batch_size)
     chunk_size = batch_size * chunk_batches
     n_chunks = math.ceil(len(paths) / chunk_size)
-
-    folder = Path(progress_dir) if progress_dir is not None else None
-    done: dict[int, Chunk] = {}
-    if folder is not None:
-        open_progress(folder, engine.progress_manifest(model, paths, batch_size, chunk_size), resume, force, rank, world)
-        if resume:
-            for k in range(n_chunks):
-                chunk = load_chunk(folder, k)
-                if chunk is not None:
-                    done[k] = chunk
-    todo = [k for k in range(n_chunks) if k % world == rank and k not in done]
-    resumed = sum(len(c.indices) + len(c.fail_indices) for c in done.values())
-
-    def keep(k: int, chunk: Chunk) -> None:
-        done[k] = chunk
+    mine = [k for k in range(n_chunks) if k % world == rank]
+    # Without --resume the batches to run are known before the engine is: decoding starts first and
+    # fills its queue while the engine converts, compiles or loads (a resume must first learn from the
+    # engine's manifest which saved parts it may keep).
+    ahead = None if resume else decode_ahead(model, paths, chunk_batches_of(mine, chunk_size, batch_size, len(paths)), opts)
+    try:
+        engine = prepare_engine(model, paths, opts, need_fingerprint=progress_dir is not None)
+        folder = Path(progress_dir) if progress_dir is not None else None
+        done: dict[int, Chunk] = {}
         if folder is not None:
-            save_chunk(folder, k, chunk)
+            open_progress(folder, engine.progress_manifest(model, paths, batch_size, chunk_size), resume, force, rank, world)
+            if resume:
+                for k in range(n_chunks):
+                    chunk = load_chunk(folder, k)
+                    if chunk is not None:
+                        done[k] = chunk
+        todo = [k for k in mine if k not in done]
+        resumed = sum(len(c.indices) + len(c.fail_indices) for c in done.values())
 
-    computed = run_batches(
-        model, engine, paths, chunk_batches_of(todo, chunk_size, batch_size, len(paths)), lambda i: i // chunk_size, keep,
-        workers=engine.workers, fuse=opts.fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
-    )
+        def keep(k: int, chunk: Chunk) -> None:
+            done[k] = chunk
+            if folder is not None:
+                save_chunk(folder, k, chunk)
+
+        computed = run_batches(
+            model, engine, paths, chunk_batches_of(todo, chunk_size, batch_size, len(paths)), lambda i: i // chunk_size, keep,
+            workers=engine.workers, fuse=opts.fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
+            decoded=ahead,
+        )
+    finally:
+        if ahead is not None:
+            ahead.close()
     barrier(world)
     if world > 1:
         assert folder is not None
@@ -188,7 +197,6 @@ class Engine:
     reason: str
     runner: Any = None  # a compiled OpenVINO model, or None for torch
     quantization: dict[str, Any] | None = None
-    auto_workers: bool = False  # workers not given: run_batches may choose fewer from a start-up measurement
 
     def progress_manifest(self, model: nn.Module, paths: Sequence[str], batch_size: int, chunk_size: int) -> dict[str, Any]:
         manifest = progress_manifest(paths, model, self.preprocess, batch_size, chunk_size, self.precision, self.device,
@@ -211,16 +219,9 @@ def prepare_engine(
     images: int | None = None,
 ) -> Engine:
     """Check the options and resolve what runs (``images``: how many will be embedded, default ``len(paths)``)."""
-    batch_size, device, precision, backend = options.batch_size, options.device, options.precision, options.backend
-    if batch_size < 1:
-        raise ClZooError(f"batch size must be at least 1, got {batch_size}")
-    if precision not in PRECISIONS:
-        raise ClZooError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-    if options.workers is not None and options.workers < 0:
-        raise ClZooError(f"workers must be >= 0, got {options.workers}")
-    workers = default_workers() if options.workers is None else options.workers
+    precision, backend = options.precision, options.backend
+    workers, dev = check_options(options)
     _, world = dist_info()
-    dev = resolve_device(device)
     if world > 1 and dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
     preprocess = Preprocess.from_model(model)
@@ -228,7 +229,7 @@ def prepare_engine(
     # The weights digest names progress files and the OpenVINO cache entry; skip it when neither is used.
     fingerprint = model_fingerprint(model) if need_fingerprint or backend != "torch" else None
     precision, choice = resolve_engine(model, dev, precision, backend, count, fingerprint)
-    engine = Engine(dev, preprocess, workers, fingerprint, precision, choice.name, choice.reason, auto_workers=options.workers is None)
+    engine = Engine(dev, preprocess, workers, fingerprint, precision, choice.name, choice.reason)
     if precision == "int8" and count:
         engine.fingerprint = engine.fingerprint or model_fingerprint(model)
         engine.runner, engine.precision, engine.reason, engine.quantization = int8_runner(
@@ -241,6 +242,20 @@ def prepare_engine(
         engine.runner, engine.reason = openvino_runner(model, engine.fingerprint, preprocess, precision)
         engine.backend = "openvino" if engine.runner is not None else "torch"
     return engine
+
+
+def check_options(options: EngineOptions) -> tuple[int, torch.device]:
+    """The decode workers and the device ``options`` ask for, or a one-line error for a bad setting.
+
+    Checked before anything starts (decode processes, a conversion), so a user mistake costs nothing.
+    """
+    if options.batch_size < 1:
+        raise ClZooError(f"batch size must be at least 1, got {options.batch_size}")
+    if options.precision not in PRECISIONS:
+        raise ClZooError(f"unknown precision {options.precision!r}; use one of {', '.join(PRECISIONS)}")
+    if options.workers is not None and options.workers < 0:
+        raise ClZooError(f"workers must be >= 0, got {options.workers}")
+    return default_workers() if options.workers is None else options.workers, resolve_device(options.device)
 
 
 def chunk_batches_of(chunks: Sequence[int], chunk_size: int, batch_size: int, total: int) -> list[list[int]]:
@@ -269,8 +284,68 @@ def image_batches(
         num_workers=workers,
         collate_fn=collate_images,
         pin_memory=device.type == "cuda",
-        prefetch_factor=4 if workers > 0 else None,
+        prefetch_factor=prefetch_batches(workers, len(batches[0]) if batches else 1),
     )
+
+
+# How many images the decoders may hold decoded ahead of the engine, across all of them: enough to
+# cover the engine's start-up (0.25-0.7 s for ResNet-50 on 2 cores, during which they decode about
+# 100-250 images), a bounded amount of memory (512 crops of 224 px are 77 MB).
+DECODE_AHEAD_IMAGES = 512
+
+
+def prefetch_batches(workers: int, batch_size: int) -> int | None:
+    """Each decoder's ``prefetch_factor``: :data:`DECODE_AHEAD_IMAGES` shared out, at least torch's 2.
+
+    A fixed 4 let two decoders run only 8 batches of 32 ahead, which they reached before the engine
+    was ready, leaving a core idle for the rest of the start-up; a budget in images keeps the same
+    memory whatever the batch size and the number of decoders. bf16 ResNet-50, 512 JPEGs, AMX
+    host: 145-158 images/s with 4, 150-162 with 8 (two alternating rounds of three runs).
+    """
+    if workers == 0:
+        return None
+    return max(2, math.ceil(DECODE_AHEAD_IMAGES / (workers * max(1, batch_size))))
+
+
+class DecodeAhead:
+    """Decoding already under way: the loader's worker processes started, their queues filling.
+
+    Made before the engine is prepared (:func:`decode_ahead`), so the conversion, compilation,
+    probe and first allocations of the engine (0.25-0.5 s for ResNet-50 on 2 cores, more on a cold
+    cache) run while the decoders work through the first batches, instead of the first batch
+    starting to decode only once the engine is ready. ``close()`` stops the workers whatever
+    happened in between (a bad progress folder, a failed conversion, Ctrl-C).
+    """
+
+    def __init__(self, paths: Sequence[str], preprocess: Preprocess, batches: list[list[int]], workers: int,
+                 device: torch.device) -> None:
+        self.preprocess, self.batches, self.workers, self.device = preprocess, batches, workers, device
+        self._iterator: Any = iter(image_batches(paths, preprocess, batches, workers, device))
+
+    def matches(self, engine: "Engine", batches: list[list[int]], workers: int) -> bool:
+        """Whether these are the batches, preprocessing and decoders the engine's run needs."""
+        return (self.preprocess == engine.preprocess and self.batches == batches and self.workers == workers
+                and self.device.type == engine.device.type)
+
+    def __iter__(self) -> Any:
+        return self._iterator
+
+    def close(self) -> None:
+        iterator, self._iterator = self._iterator, None
+        shutdown = getattr(iterator, "_shutdown_workers", None)  # torch's own clean stop of the worker processes
+        if shutdown is not None:
+            shutdown()
+
+
+def decode_ahead(model: nn.Module, paths: Sequence[str], batches: list[list[int]], options: EngineOptions) -> DecodeAhead | None:
+    """Start decoding ``batches`` now, before the engine exists; None where nothing would run ahead.
+
+    With ``workers=0`` decoding happens in this process, on demand, so there is nothing to start.
+    """
+    workers, device = check_options(options)
+    if not batches or workers == 0:
+        return None
+    return DecodeAhead(paths, Preprocess.from_model(model), batches, workers, device)
 
 
 def run_batches(
@@ -287,12 +362,24 @@ def run_batches(
     progress: bool = False,
     initial: int = 0,
     total: int | None = None,
+    decoded: DecodeAhead | None = None,
 ) -> int:
     """Embed ``batches`` of ``paths``; each finished chunk (``chunk_of(position)``) goes to ``on_chunk``, then is dropped.
 
     Returns the number of images embedded. The caller decides what a chunk becomes: kept in
     memory, saved as a progress part, or streamed into an output shard, so memory need not grow
-    with the number of images.
+    with the number of images. ``decoded``: decoding started ahead of the engine for exactly
+    these batches (:func:`decode_ahead`); it is used only where it matches, else a loader starts here.
+
+    Decoders: ``workers`` processes (by default one per usable core, :func:`default_workers`)
+    beside the engine's threads on the same cores. More decoders than decode's average share do
+    not take time from the engine: each stops once its share of :data:`DECODE_AHEAD_IMAGES` waits decoded,
+    so they run only while the engine is ahead of them. What the number sets is how much of the
+    CPU decoding can claim when it falls behind, which under the kernel's fair share is about
+    ``workers / (workers + engine threads)``. One decoder beside two OpenVINO streams got about a
+    third of the cores and held int8 ResNet-50 at 296-300 images/s; two decoders, 323-324
+    (AMX host, 2 cores, 1,536 JPEGs; bf16 199-201 against 203-208). A start-up probe that chose
+    one decoder for models heavier than decoding (until 2026-12) cost those 8%.
     """
     from tqdm import tqdm
 
@@ -325,53 +412,14 @@ def run_batches(
 
     try:
         with forward.context():
-            if engine.auto_workers and len(batches) >= SPLIT_MIN_BATCHES:
-                workers = engine.workers = choose_workers(forward, engine, paths, batches[0], workers)
-            loader = image_batches(paths, engine.preprocess, batches, workers, engine.device)
+            if decoded is not None and decoded.matches(engine, batches, workers):
+                loader: Iterable[Any] = decoded
+            else:
+                loader = image_batches(paths, engine.preprocess, batches, workers, engine.device)
             overlapped(loader, forward, lambda batch: batch[1], finish, max_batches)
     finally:
         bar.close()
     return computed
-
-
-# The start-up measurement of choose_workers: how many images it decodes and runs, the fewest
-# batches a run needs for it to be worth them, and how much more decoding than the average share
-# it provisions (decode comes in bursts; a decoder exactly as fast as the average lets the engine
-# wait whenever it falls behind).
-SPLIT_PROBE_IMAGES = 4
-SPLIT_MIN_BATCHES = 4
-SPLIT_HEADROOM = 2.0
-
-
-def choose_workers(forward: Callable[[torch.Tensor], np.ndarray], engine: Engine, paths: Sequence[str], batch: Sequence[int],
-                   limit: int) -> int:
-    """Decode processes for this run on the CPU: enough for decode's measured share of the cores, at most ``limit``.
-
-    Decode and inference share the cores, so every decoder beyond what decode needs only takes
-    time slices from the inference threads (and memory). At start-up this decodes a few of the
-    run's images and runs the engine on them, timing each in CPU seconds (``thread_time`` for the
-    decode, ``process_time`` over all inference threads for the engine), so other processes on a
-    busy machine do not skew it; decode's share ``d / (d + m)`` of the per-image CPU time, times
-    the cores and :data:`SPLIT_HEADROOM`, rounded up, is the number of decoders. On a GPU the
-    model does not use the cores: every decoder is kept. The engine's own threads stay at all
-    cores (OpenVINO's THROUGHPUT streams, torch's intra-op threads): decode takes a minority of
-    the CPU time, and a core reserved for it would idle the rest of the time.
-    """
-    if engine.device.type != "cpu" or limit <= 1:
-        return limit
-    items = ImageList(paths, engine.preprocess)
-    start = time.thread_time()
-    arrays = [a for _, a, _ in (items[i] for i in batch[:SPLIT_PROBE_IMAGES]) if a is not None]
-    if not arrays:
-        return limit
-    decode = (time.thread_time() - start) / len(arrays)
-    pixels = stack_pixels(arrays)
-    forward(pixels)  # warm-up: the engine's first call allocates and selects kernels
-    start = time.process_time()
-    forward(pixels)
-    infer = (time.process_time() - start) / len(arrays)
-    need = math.ceil(usable_cpus() * SPLIT_HEADROOM * decode / max(decode + infer, 1e-9))
-    return max(1, min(limit, need))
 
 
 Batch = TypeVar("Batch")

@@ -23,8 +23,8 @@ if TYPE_CHECKING:  # torch only for the annotation: this module is imported by t
 class EngineOptions:
     """The engine settings; the defaults are the CLI's (``auto`` picks what this machine runs fastest).
 
-    ``workers=None`` lets cl-zoo choose the decode processes from a start-up measurement
-    (:func:`cl_zoo.embedding.extract.choose_workers`); ``calibration=None`` calibrates int8 on the
+    ``workers=None`` starts one decode process per usable core, at most 8 (why so many is
+    measured in :func:`cl_zoo.embedding.extract.run_batches`); ``calibration=None`` calibrates int8 on the
     images being embedded; ``calibration_size=None`` is :data:`cl_zoo.backends.int8.CALIBRATION_SIZE`.
     """
 

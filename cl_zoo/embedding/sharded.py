@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.arrays import file_digest, read_npy_header
-from cl_zoo.embedding.extract import Engine, prepare_engine, run_batches
+from cl_zoo.embedding.extract import Engine, check_options, chunk_batches_of, decode_ahead, prepare_engine, run_batches
 from cl_zoo.embedding.options import EngineOptions
 from cl_zoo.embedding.parts import check_progress_folder, discard_progress
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info, load_chunk, open_progress, save_chunk
@@ -291,65 +291,76 @@ def embed_to_shards(
     opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
                                fuse=fuse, calibration=calibration, calibration_size=calibration_size,
                                calibration_seed=calibration_seed, force_int8=force_int8)
+    check_options(opts)
     batch_size = opts.batch_size
-    engine = prepare_engine(model, paths, opts, need_fingerprint=True)
-    assert engine.fingerprint is not None
-    dims = probe_dims(model, engine.preprocess.crop_size)
     chunk_size = batch_size * (chunk_batches or max(1, 1024 // batch_size))
-    itemsize = 2 if half else 4
-    layout = ShardLayout(len(paths), shard_images or default_shard_images(dims, itemsize, chunk_size), chunk_size)
-    run = engine.progress_manifest(model, paths, batch_size, chunk_size)
-    run.update(shard_images=layout.shard_images, dtype="float16" if half else "float32", dims=dims)
-    digest = run_digest(run)
-    parts = folder / PARTS_FOLDER
+    # One process writing a new folder runs every chunk in order: decoding starts before the engine
+    # (extract_features explains why). Ranks and resumes learn their chunks from the layout and the
+    # folder first, and start their loader in run_batches as before.
+    everything = chunk_batches_of(range(math.ceil(len(paths) / chunk_size)), chunk_size, batch_size, len(paths))
+    ahead = decode_ahead(model, paths, everything, opts) if world == 1 and not resume else None
+    try:
+        engine = prepare_engine(model, paths, opts, need_fingerprint=True)
+        assert engine.fingerprint is not None
+        dims = probe_dims(model, engine.preprocess.crop_size)
+        itemsize = 2 if half else 4
+        layout = ShardLayout(len(paths), shard_images or default_shard_images(dims, itemsize, chunk_size), chunk_size)
+        run = engine.progress_manifest(model, paths, batch_size, chunk_size)
+        run.update(shard_images=layout.shard_images, dtype="float16" if half else "float32", dims=dims)
+        digest = run_digest(run)
+        parts = folder / PARTS_FOLDER
 
-    created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
-    open_progress(parts, run, resume, force, rank, world)
+        created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
+        open_progress(parts, run, resume, force, rank, world)
 
-    finished = {s for s in range(layout.shards) if resume and finished_shard(folder, s, engine.fingerprint, digest)}
-    mine = [s for s in range(layout.shards) if s % world == rank and s not in finished]
-    resumed = sum(len(layout.shard_range(s)) for s in finished)
-    done: dict[int, set[int]] = {s: set() for s in mine}
-    for s in mine:
-        for k in layout.chunks_of(s):
-            chunk = load_chunk(parts, k) if resume else None
-            if chunk is not None:
-                done[s].add(k)
-                resumed += len(layout.chunk_range(k))
-            del chunk
+        finished = {s for s in range(layout.shards) if resume and finished_shard(folder, s, engine.fingerprint, digest)}
+        mine = [s for s in range(layout.shards) if s % world == rank and s not in finished]
+        resumed = sum(len(layout.shard_range(s)) for s in finished)
+        done: dict[int, set[int]] = {s: set() for s in mine}
+        for s in mine:
+            for k in layout.chunks_of(s):
+                chunk = load_chunk(parts, k) if resume else None
+                if chunk is not None:
+                    done[s].add(k)
+                    resumed += len(layout.chunk_range(k))
+                del chunk
 
-    def ref_of(position: int) -> str:
-        return paths[position]
+        def ref_of(position: int) -> str:
+            return paths[position]
 
-    def parts_of(s: int) -> Iterator[Chunk]:
-        for k in layout.chunks_of(s):
-            chunk = load_chunk(parts, k)
-            if chunk is None:
-                raise DataError(f"progress part {k} of shard {s} vanished from {parts}; rerun with --resume")
-            yield chunk
+        def parts_of(s: int) -> Iterator[Chunk]:
+            for k in layout.chunks_of(s):
+                chunk = load_chunk(parts, k)
+                if chunk is None:
+                    raise DataError(f"progress part {k} of shard {s} vanished from {parts}; rerun with --resume")
+                yield chunk
 
-    def finish(s: int) -> None:
-        write_shard(folder, s, lambda: parts_of(s), ref_of, dims=dims, half=half, fingerprint=engine.fingerprint or "",
-                    first_id=layout.shard_range(s).start, run_digest=digest)
-        for k in layout.chunks_of(s):
-            (parts / f"part-{k:05d}.npz").unlink(missing_ok=True)
+        def finish(s: int) -> None:
+            write_shard(folder, s, lambda: parts_of(s), ref_of, dims=dims, half=half, fingerprint=engine.fingerprint or "",
+                        first_id=layout.shard_range(s).start, run_digest=digest)
+            for k in layout.chunks_of(s):
+                (parts / f"part-{k:05d}.npz").unlink(missing_ok=True)
 
-    for s in mine:
-        if done[s] == set(layout.chunks_of(s)):
-            finish(s)  # every part was saved before an interruption, but the shard was not written
+        for s in mine:
+            if done[s] == set(layout.chunks_of(s)):
+                finish(s)  # every part was saved before an interruption, but the shard was not written
 
-    def on_chunk(k: int, chunk: Chunk) -> None:
-        save_chunk(parts, k, chunk)
-        s = k // layout.chunks_per_shard
-        done[s].add(k)
-        if done[s] == set(layout.chunks_of(s)):
-            finish(s)
+        def on_chunk(k: int, chunk: Chunk) -> None:
+            save_chunk(parts, k, chunk)
+            s = k // layout.chunks_per_shard
+            done[s].add(k)
+            if done[s] == set(layout.chunks_of(s)):
+                finish(s)
 
-    todo = [k for s in mine for k in layout.chunks_of(s) if k not in done[s]]
-    computed = run_batches(
-        model, engine, paths, layout.batches(todo, batch_size), layout.chunk_of, on_chunk,
-        workers=engine.workers, fuse=opts.fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
-    )
+        todo = [k for s in mine for k in layout.chunks_of(s) if k not in done[s]]
+        computed = run_batches(
+            model, engine, paths, layout.batches(todo, batch_size), layout.chunk_of, on_chunk,
+            workers=engine.workers, fuse=opts.fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
+            decoded=ahead,
+        )
+    finally:
+        if ahead is not None:
+            ahead.close()
     barrier(world)
     records = [shard_record(folder, s, layout) for s in range(layout.shards)] if rank == 0 else []
     manifest = complete_manifest(metadata, engine, run, digest, records, shard_images=layout.shard_images)

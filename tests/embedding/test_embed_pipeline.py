@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import multiprocessing
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +15,9 @@ import torch
 import cl_zoo
 from cl_zoo.embedding import extract as extract_mod
 from cl_zoo.embedding import run as run_mod
-from cl_zoo.embedding.extract import choose_workers, extract_features, overlapped, prepare_engine
+from cl_zoo.embedding.extract import extract_features, overlapped
 from cl_zoo.embedding.options import EXACT, EngineOptions
+from cl_zoo.errors import ClZooError
 from tests.helpers import DATA
 
 PHOTOS = [str(DATA / name) for name in ("photo0.jpg", "photo1.png", "photo2.JPEG", "photo3.webp")]
@@ -86,35 +87,63 @@ def test_overlapped_keeps_one_batch_in_flight_in_order_and_stops_after_max_batch
     assert [b for b, _ in done] == [0, 1, 2]  # every batch started before the stop is finished, as the synchronous loop did
 
 
-def test_choose_workers_gives_decode_its_measured_share() -> None:
-    torch.manual_seed(0)
-    model = small_model()
-    engine = prepare_engine(model, PHOTOS, EngineOptions(precision="fp32", backend="torch", workers=None), need_fingerprint=False)
-
-    def cheap(pixels: torch.Tensor) -> np.ndarray:
-        return np.zeros((len(pixels), 1), np.float32)
-
-    def costly(pixels: torch.Tensor) -> np.ndarray:
-        end = time.process_time() + 0.25 * len(pixels)  # CPU time, far above decoding a small photo
-        while time.process_time() < end:
-            pass
-        return np.zeros((len(pixels), 1), np.float32)
-
-    assert choose_workers(cheap, engine, PHOTOS, [0, 1, 2, 3], 2) == 2  # decode is nearly all the work: every decoder
-    assert choose_workers(costly, engine, PHOTOS, [0, 1, 2, 3], 2) == 1  # the model is: one decoder keeps up
-    gpu = dataclasses.replace(engine, device=torch.device("cuda"))
-    assert choose_workers(costly, gpu, PHOTOS, [0, 1, 2, 3], 2) == 2  # a GPU model leaves the cores to decoding
-
-
-def test_auto_workers_run_gives_the_same_features(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_decoding_starts_before_the_engine_and_gives_the_same_features(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     model = small_model()
     paths = PHOTOS * 4
-    fixed = extract_features(model, paths, batch_size=2, workers=0)
-    monkeypatch.setattr(extract_mod, "choose_workers", lambda *args: 1)
-    chosen = extract_features(model, paths, batch_size=2)
-    assert chosen.workers == 1
-    assert chosen.features.tobytes() == fixed.features.tobytes() and chosen.paths == fixed.paths
+    in_process = extract_features(model, paths, batch_size=2, workers=0)
+    decoders_at_prepare: list[int] = []
+    real_prepare = extract_mod.prepare_engine
+
+    def watched(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        decoders_at_prepare.append(len(multiprocessing.active_children()))
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr(extract_mod, "prepare_engine", watched)
+    ahead = extract_features(model, paths, batch_size=2, workers=2)
+    assert decoders_at_prepare == [2]  # both decoders were already running while the engine was prepared
+    assert ahead.workers == 2
+    assert ahead.features.tobytes() == in_process.features.tobytes() and ahead.paths == in_process.paths
+    assert multiprocessing.active_children() == []  # and they are gone once the call returns
+
+
+def test_decoders_started_ahead_stop_when_the_engine_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = small_model()
+
+    def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        assert len(multiprocessing.active_children()) == 2
+        raise ClZooError("no engine here")
+
+    monkeypatch.setattr(extract_mod, "prepare_engine", broken)
+    with pytest.raises(ClZooError, match="no engine here"):
+        extract_features(model, PHOTOS * 4, batch_size=2, workers=2)
+    assert multiprocessing.active_children() == []
+
+
+def test_a_bad_setting_fails_before_any_decoder_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[object] = []
+    monkeypatch.setattr(extract_mod, "DecodeAhead", lambda *args: started.append(args))
+    for bad, message in (({"batch_size": 0}, "batch size"), ({"workers": -1}, "workers"), ({"precision": "fp8"}, "precision")):
+        with pytest.raises(ClZooError, match=message):
+            extract_features(small_model(), PHOTOS, **bad)  # type: ignore[arg-type]
+    assert started == []
+
+
+def test_resume_prepares_the_engine_before_decoding(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch.manual_seed(0)
+    model = small_model()
+    full = extract_features(model, PHOTOS * 2, batch_size=2, workers=0)
+    with pytest.raises(KeyboardInterrupt):
+        extract_features(model, PHOTOS * 2, batch_size=2, workers=2, progress_dir=tmp_path / "parts", chunk_batches=1, max_batches=2)
+    started: list[object] = []
+    real = extract_mod.DecodeAhead
+    monkeypatch.setattr(extract_mod, "DecodeAhead", lambda *args: started.append(args) or real(*args))
+    resumed = extract_features(model, PHOTOS * 2, batch_size=2, workers=2, progress_dir=tmp_path / "parts", chunk_batches=1,
+                               resume=True)
+    assert started == []  # which parts to keep is known only once the engine's manifest is checked
+    assert resumed.resumed == 4 and resumed.computed == 4
+    assert resumed.features.tobytes() == full.features.tobytes()
 
 
 def test_openvino_submit_overlaps_and_matches_the_synchronous_call() -> None:
