@@ -87,6 +87,11 @@ def test_overlapped_keeps_one_batch_in_flight_in_order_and_stops_after_max_batch
     assert [b for b, _ in done] == [0, 1, 2]  # every batch started before the stop is finished, as the synchronous loop did
 
 
+def children() -> set[int]:
+    """This process's live child processes (DataLoader workers among them), by pid."""
+    return {p.pid for p in multiprocessing.active_children() if p.pid is not None}
+
+
 def test_decoding_starts_before_the_engine_and_gives_the_same_features(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     model = small_model()
@@ -94,9 +99,10 @@ def test_decoding_starts_before_the_engine_and_gives_the_same_features(monkeypat
     in_process = extract_features(model, paths, batch_size=2, workers=0)
     decoders_at_prepare: list[int] = []
     real_prepare = extract_mod.prepare_engine
+    before = children()  # processes other tests left behind are not this test's
 
     def watched(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        decoders_at_prepare.append(len(multiprocessing.active_children()))
+        decoders_at_prepare.append(len(children() - before))
         return real_prepare(*args, **kwargs)
 
     monkeypatch.setattr(extract_mod, "prepare_engine", watched)
@@ -104,21 +110,22 @@ def test_decoding_starts_before_the_engine_and_gives_the_same_features(monkeypat
     assert decoders_at_prepare == [2]  # both decoders were already running while the engine was prepared
     assert ahead.workers == 2
     assert ahead.features.tobytes() == in_process.features.tobytes() and ahead.paths == in_process.paths
-    assert multiprocessing.active_children() == []  # and they are gone once the call returns
+    assert children() - before == set()  # and they are gone once the call returns
 
 
 def test_decoders_started_ahead_stop_when_the_engine_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     model = small_model()
+    before = children()
 
     def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
-        assert len(multiprocessing.active_children()) == 2
+        assert len(children() - before) == 2
         raise ClZooError("no engine here")
 
     monkeypatch.setattr(extract_mod, "prepare_engine", broken)
     with pytest.raises(ClZooError, match="no engine here"):
         extract_features(model, PHOTOS * 4, batch_size=2, workers=2)
-    assert multiprocessing.active_children() == []
+    assert children() - before == set()
 
 
 def test_a_bad_setting_fails_before_any_decoder_starts(monkeypatch: pytest.MonkeyPatch) -> None:
