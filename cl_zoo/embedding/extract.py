@@ -67,7 +67,7 @@ class FeatureResult:
     backend: str = "torch"  # what ran: torch or openvino
     backend_reason: str = ""  # why that backend (printed once by commands)
     quantization: dict[str, Any] | None = None  # int8 asked for: calibration, fidelity, whether it ran
-    workers: int = 0  # decode processes that ran (chosen at start-up unless given)
+    workers: int = 0  # decode processes that ran (one per usable core, at most 8, unless given)
 
     @property
     def images_per_second(self) -> float:
@@ -132,7 +132,7 @@ def extract_features(
         backend=backend, fuse=fuse, calibration=calibration, calibration_size=calibration_size,
         calibration_seed=calibration_seed, force_int8=force_int8,
     )
-    check_options(opts)
+    decoders, dev = check_options(opts)  # a bad setting fails before any decoder starts
     batch_size = opts.batch_size
     chunk_batches = chunk_batches or max(1, 1024 // batch_size)
     chunk_size = batch_size * chunk_batches
@@ -141,7 +141,7 @@ def extract_features(
     # Without --resume the batches to run are known before the engine is: decoding starts first and
     # fills its queue while the engine converts, compiles or loads (a resume must first learn from the
     # engine's manifest which saved parts it may keep).
-    ahead = None if resume else decode_ahead(model, paths, chunk_batches_of(mine, chunk_size, batch_size, len(paths)), opts)
+    ahead = None if resume else decode_ahead(model, paths, chunk_batches_of(mine, chunk_size, batch_size, len(paths)), decoders, dev)
     try:
         engine = prepare_engine(model, paths, opts, need_fingerprint=progress_dir is not None)
         folder = Path(progress_dir) if progress_dir is not None else None
@@ -337,12 +337,13 @@ class DecodeAhead:
             shutdown()
 
 
-def decode_ahead(model: nn.Module, paths: Sequence[str], batches: list[list[int]], options: EngineOptions) -> DecodeAhead | None:
+def decode_ahead(model: nn.Module, paths: Sequence[str], batches: list[list[int]], workers: int,
+                 device: torch.device) -> DecodeAhead | None:
     """Start decoding ``batches`` now, before the engine exists; None where nothing would run ahead.
 
-    With ``workers=0`` decoding happens in this process, on demand, so there is nothing to start.
+    ``workers`` and ``device`` as :func:`check_options` gives them. With ``workers=0`` decoding
+    happens in this process, on demand, so there is nothing to start.
     """
-    workers, device = check_options(options)
     if not batches or workers == 0:
         return None
     return DecodeAhead(paths, Preprocess.from_model(model), batches, workers, device)

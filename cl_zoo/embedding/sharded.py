@@ -291,14 +291,16 @@ def embed_to_shards(
     opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
                                fuse=fuse, calibration=calibration, calibration_size=calibration_size,
                                calibration_seed=calibration_seed, force_int8=force_int8)
-    check_options(opts)
+    decoders, dev = check_options(opts)  # a bad setting fails before any decoder starts
     batch_size = opts.batch_size
     chunk_size = batch_size * (chunk_batches or max(1, 1024 // batch_size))
     # One process writing a new folder runs every chunk in order: decoding starts before the engine
     # (extract_features explains why). Ranks and resumes learn their chunks from the layout and the
     # folder first, and start their loader in run_batches as before.
-    everything = chunk_batches_of(range(math.ceil(len(paths) / chunk_size)), chunk_size, batch_size, len(paths))
-    ahead = decode_ahead(model, paths, everything, opts) if world == 1 and not resume else None
+    ahead = None
+    if world == 1 and not resume:
+        everything = chunk_batches_of(range(math.ceil(len(paths) / chunk_size)), chunk_size, batch_size, len(paths))
+        ahead = decode_ahead(model, paths, everything, decoders, dev)
     try:
         engine = prepare_engine(model, paths, opts, need_fingerprint=True)
         assert engine.fingerprint is not None
