@@ -65,6 +65,7 @@ from cl_zoo.backends.cache import (  # re-exported: the cache's names were first
 from cl_zoo.backends.int8 import CalibrationImages, Int8Rejected, quantized_graph
 from cl_zoo.errors import ClZooError
 from cl_zoo.optional import require
+from cl_zoo.threads import torch_threads
 
 CACHE_FORMAT = 1
 # The least cosine a graph compiled from the cache must keep to the torch model on the probe batch.
@@ -138,7 +139,8 @@ class HostTransform:
         self.normalize = _PixelNormalize(mean, std)
 
     def __call__(self, pixels: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
+        # Runs beside OpenVINO's streams on every batch: one thread, which spins for no one (cl_zoo.threads).
+        with torch.no_grad(), torch_threads(1):
             x = self.normalize(torch.from_numpy(np.ascontiguousarray(pixels)))
             return np.ascontiguousarray(self.transform(x).float().numpy())
 
@@ -310,7 +312,8 @@ class OpenVINORunner:
                 return None
         else:
             pixels = np.random.default_rng(0).integers(0, 256, (PROBE_IMAGES, *self.input_hw, 3), dtype=np.uint8)
-        with torch.no_grad():
+        # One thread: the decoders already hold the other cores (cl_zoo.threads says what two cost).
+        with torch.no_grad(), torch_threads(1):
             if self.host_transform is not None:
                 reference = _TransformedFeatures(model).eval()(torch.from_numpy(self.host_transform(pixels)))
             else:

@@ -32,6 +32,7 @@ from cl_zoo.errors import DataError
 from cl_zoo.eval.features import check_input_channels, check_same_classes, eval_transform, ImageListDataset, model_cfg, model_identity, split_features, train_transform
 from cl_zoo.eval.knn import rank_classes, validate_split_labels
 from cl_zoo.eval.report import build_report, EvalResult
+from cl_zoo.threads import torch_threads
 
 DEFAULT_WD_GRID: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -104,12 +105,8 @@ def _threads_for(x: torch.Tensor) -> Iterator[None]:
     if x.device.type != "cpu" or x.numel() > 4_000_000:
         yield
         return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tensor]:
