@@ -105,6 +105,19 @@ def served(tmp_path: Path, http_folder: Callable[[Path], str]) -> str:
     return http_folder(tmp_path)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _own_state(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """``CL_ZOO_STATE`` in the session's temp folder: no test reads or writes the user's memo of verified cache files."""
+    folder = tmp_path_factory.getbasetemp() / "state"
+    before = os.environ.get("CL_ZOO_STATE")
+    os.environ["CL_ZOO_STATE"] = str(folder)
+    yield folder
+    if before is None:
+        os.environ.pop("CL_ZOO_STATE", None)
+    else:
+        os.environ["CL_ZOO_STATE"] = before
+
+
 @pytest.fixture()
 def isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """``CL_ZOO_CACHE`` in the session's temp folder: shared by the tests that ask, never the user's cache."""

@@ -193,3 +193,75 @@ def test_a_damaged_or_foreign_int8_entry_is_quantized_again(model):
     (int8 / "entry.json").write_text(json.dumps(record))
     assert quantized_graph(folder, pixels)[2] is True
     assert ovb.entry_problem(int8, {"converted_from": record["converted_from"]}) is not None
+
+
+def _settle_at_once(monkeypatch) -> None:
+    """Files written moments ago count as settled, so a test can remember them (cl_zoo.backends.verified)."""
+    from cl_zoo.backends import cache as cache_mod
+    from cl_zoo.backends import verified
+
+    monkeypatch.setattr(verified, "RACY_NS", 0)
+    monkeypatch.setattr(cache_mod, "RACY_NS", 0)
+
+
+def _counting_probes(monkeypatch) -> list[int]:
+    from cl_zoo.backends import openvino as ovb
+
+    calls: list[int] = []
+    real = ovb.OpenVINORunner._probe
+    monkeypatch.setattr(ovb.OpenVINORunner, "_probe", lambda self, *a: calls.append(1) or real(self, *a))
+    return calls
+
+
+def test_a_remembered_probe_is_skipped_until_a_file_changes(model, other, fresh, monkeypatch, tmp_path):
+    """The memo of a passed probe stands only for the exact files that passed: a graph planted after it is probed and refused."""
+    from cl_zoo.backends import cache as cache_mod
+
+    _settle_at_once(monkeypatch)
+    monkeypatch.setenv("CL_ZOO_STATE", str(tmp_path / "state"))
+    probes = _counting_probes(monkeypatch)
+    assert _embed(model, "openvino").backend_reason == "converted now" and probes == []  # made here: not probed
+    cache_mod._VERIFIED.clear()  # as a new process starts
+    assert _embed(model, "openvino").backend_reason == "compiled from the cache" and len(probes) == 1
+    cache_mod._VERIFIED.clear()
+    again = _embed(model, "openvino")
+    assert again.backend_reason == "compiled from the cache" and len(probes) == 1  # remembered: neither hashed nor probed
+    assert _min_cos(again.features, fresh) > 0.999999
+    folder, _, _ = _entry(model)
+    blobs = folder / "compiled-fp32"
+    (blobs / "planted.blob").write_bytes(b"\0" * 64)  # anything new beside the plugin's blobs
+    cache_mod._VERIFIED.clear()
+    assert _embed(model, "openvino").backend_reason == "compiled from the cache" and len(probes) == 2
+    (blobs / "planted.blob").unlink()
+    _plant(model, other)  # a consistent record and the graph of other weights, after the memo was written
+    cache_mod._VERIFIED.clear()
+    before = len(probes)
+    caught = _embed(model, "openvino")
+    assert caught.backend_reason == "converted now" and len(probes) == before + 1
+    assert _min_cos(caught.features, fresh) > 0.999999
+
+
+def test_a_memo_that_is_not_ours_to_trust_changes_nothing(model, fresh, monkeypatch, tmp_path):
+    """Garbage, or a memo that names these files with other identities, leaves every check in place."""
+    from cl_zoo.backends import cache as cache_mod
+    from cl_zoo.backends.verified import MEMO_NAME
+
+    _settle_at_once(monkeypatch)
+    state = tmp_path / "state"
+    monkeypatch.setenv("CL_ZOO_STATE", str(state))
+    probes = _counting_probes(monkeypatch)
+    _embed(model, "openvino")
+    state.mkdir(exist_ok=True)
+    for body in (b"\xff\xfe not json", b'{"format": "cl-zoo-verified/1", "digests": [], "probes": 7}', b"[]"):
+        (state / MEMO_NAME).write_bytes(body)
+        cache_mod._VERIFIED.clear()
+        got = _embed(model, "openvino")
+        assert got.backend_reason == "compiled from the cache" and _min_cos(got.features, fresh) > 0.999999
+    assert len(probes) == 3  # each garbage memo was ignored, so each run probed (and rewrote the memo)
+    memo = json.loads((state / MEMO_NAME).read_text())
+    for key in memo["probes"]:
+        memo["probes"][key] = {name: [v[0], v[1] + 1, *v[2:]] for name, v in memo["probes"][key].items()}  # other inodes
+    (state / MEMO_NAME).write_text(json.dumps(memo))
+    cache_mod._VERIFIED.clear()
+    _embed(model, "openvino")
+    assert len(probes) == 4
