@@ -357,9 +357,13 @@ def test_damaged_shards_are_one_line(tmp_path: Path, workers: int) -> None:
     for path, message in cases:
         loader = torch.utils.data.DataLoader(TarBatches([(0, str(path))], PRE, batch_size=1), batch_size=None, num_workers=workers)
         got: list[str] = []
-        with pytest.raises(ShardError, match=message) as info:
-            for _, keys, _, _, _, _ in loader:
-                got.extend(keys)
+        batches = iter(loader)
+        try:
+            with pytest.raises(ShardError, match=message) as info:
+                for _, keys, _, _, _, _ in batches:
+                    got.extend(keys)
+        finally:  # the error's traceback holds the iterator: stop its workers now, not when it is collected
+            getattr(batches, "_shutdown_workers", lambda: None)()
         one_line(info.value)
         assert isinstance(info.value, DataError)
         # Sample 000000 was still being assembled (its end is only known when 000001 begins).
