@@ -37,13 +37,12 @@ from __future__ import annotations
 
 import os
 import types
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import torch
 import torch.nn as nn
 from PIL import Image
-from torchvision import transforms
 
 from cl_zoo.checkpoint.checks import validate_pretrained_cfg
 from cl_zoo.checkpoint.folder import config_pretrained_cfg, read_config
@@ -52,6 +51,9 @@ from cl_zoo.embedding.preprocess import Preprocess
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.factory import load_pretrained
 from cl_zoo.registry import PretrainedCfg, find_arch, find_pretrained
+
+if TYPE_CHECKING:
+    from torchvision import transforms
 
 # The keys of timm's data config (timm/data/config.py resolve_data_config), in its order.
 DATA_KEYS: tuple[str, ...] = ("input_size", "interpolation", "mean", "std", "crop_pct", "crop_mode")
@@ -317,6 +319,8 @@ def create_transform(model_or_name_or_config: Any, is_training: bool = False) ->
             "(cl_zoo.data.augment.preset / ViewGenerator, used by `cl-zoo pretrain`); create_transform gives the evaluation transform"
         )
     preprocess = _preprocess_of(model_or_name_or_config)
+    from torchvision import transforms  # here, not at the top: embedding imports this module and needs no torchvision
+
     return transforms.Compose([ToRGB(), ResizeCenterCrop(preprocess), ToNormalizedTensor(preprocess.mean, preprocess.std)])
 
 

@@ -1,4 +1,4 @@
-"""ResNet backbones on torchvision's implementation.
+"""ResNet backbones: torchvision's layout, parameter names and initialisation, without torchvision.
 
 Parameter names are torchvision's (``conv1``, ``bn1``, ``layer1``..``layer4``) with the classifier
 removed, so weights move to torchvision, timm and detectron2 by renaming alone. Two stems:
@@ -9,6 +9,15 @@ removed, so weights move to torchvision, timm and detectron2 by renaming alone. 
 
 A width multiplier scales the residual stages (CMC's x0.5/x1/x2 encoders); the stem keeps
 ``stem_width`` channels (64 by default), as in CMC's own ResNet.
+
+The two blocks are written out here rather than imported from ``torchvision.models.resnet``, for
+a measured reason: importing any part of torchvision runs its ``__init__``, which imports
+``torchvision.ops`` and through ``roi_align`` all of ``torch._dynamo``: 1.4-1.6 s of the 5 s that
+``cl-zoo embed examples/photos`` took on the 2-core AMX Xeon, for a command that needs no
+torchvision at all (issue 44, 2026-12-02). They are torchvision 0.29's ``BasicBlock`` and
+``Bottleneck`` (V1.5: the stride on the 3x3 conv), modules created in the same order, so a seed
+gives bit-identical weights; ``tests/models/test_resnet_blocks.py`` checks that against torchvision
+itself, and the forward pass.
 """
 
 from __future__ import annotations
@@ -17,22 +26,77 @@ from typing import Literal
 
 import torch
 import torch.nn as nn
-from torchvision.models import resnet as tv_resnet
 
 from cl_zoo.registry import register_model
 
 Stem = Literal["imagenet", "cifar"]
 
-_DEPTHS: dict[int, tuple[type[nn.Module], list[int]]] = {
-    18: (tv_resnet.BasicBlock, [2, 2, 2, 2]),
-    34: (tv_resnet.BasicBlock, [3, 4, 6, 3]),
-    50: (tv_resnet.Bottleneck, [3, 4, 6, 3]),
-    101: (tv_resnet.Bottleneck, [3, 4, 23, 3]),
+
+def _conv3x3(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_planes, out_planes, kernel_size=3, stride=stride, padding=1, bias=False)
+
+
+def _conv1x1(in_planes: int, out_planes: int, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(in_planes, out_planes, kernel_size=1, stride=stride, bias=False)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convs (ResNet-18/34); torchvision's names and module order."""
+
+    expansion = 1
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = _conv3x3(inplanes, planes, stride)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU(inplace=True)
+        self.conv2 = _conv3x3(planes, planes)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = downsample
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        out += x if self.downsample is None else self.downsample(x)
+        return self.relu(out)
+
+
+class Bottleneck(nn.Module):
+    """1x1 -> 3x3 (strided) -> 1x1 x4 (ResNet-50/101, "V1.5"); torchvision's names and module order."""
+
+    expansion = 4
+
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None) -> None:
+        super().__init__()
+        self.conv1 = _conv1x1(inplanes, planes)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = _conv3x3(planes, planes, stride)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = _conv1x1(planes, planes * self.expansion)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+        self.stride = stride
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        out += x if self.downsample is None else self.downsample(x)
+        return self.relu(out)
+
+
+_DEPTHS: dict[int, tuple[type[BasicBlock] | type[Bottleneck], list[int]]] = {
+    18: (BasicBlock, [2, 2, 2, 2]),
+    34: (BasicBlock, [3, 4, 6, 3]),
+    50: (Bottleneck, [3, 4, 6, 3]),
+    101: (Bottleneck, [3, 4, 23, 3]),
 }
 
 
-class ResNet(tv_resnet.ResNet):
-    """torchvision ResNet without its classifier, with a CIFAR stem and width options.
+class ResNet(nn.Module):
+    """A ResNet without its classifier, with a CIFAR stem and width options.
 
     ``forward`` and ``forward_features`` return globally pooled features ``[B, num_features]``;
     ``forward_stages`` returns the four stage outputs for detection.
@@ -52,13 +116,9 @@ class ResNet(tv_resnet.ResNet):
         if stem not in ("imagenet", "cifar"):
             raise ValueError(f"unknown stem {stem!r}; choose 'imagenet' or 'cifar'")
         block, layers = _DEPTHS[depth]
-        nn.Module.__init__(self)  # torchvision's __init__ would build a fixed-width network
+        super().__init__()
         self.depth, self.in_chans, self.stem, self.width = depth, in_chans, stem, width
-        self._norm_layer = nn.BatchNorm2d
         self.inplanes = stem_width
-        self.dilation = 1
-        self.groups = 1
-        self.base_width = 64
         if stem == "imagenet":
             self.conv1 = nn.Conv2d(in_chans, stem_width, kernel_size=7, stride=2, padding=3, bias=False)
             self.maxpool: nn.Module = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
@@ -75,6 +135,10 @@ class ResNet(tv_resnet.ResNet):
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.num_features = planes[3] * block.expansion
         self.stage_channels = [p * block.expansion for p in planes]
+        if self.conv1.weight.is_meta:
+            # A size-only build (the loader's check of a checkpoint's shapes): nothing to initialise,
+            # and torch's meta normal_ goes through its reference ops, which import torch._dynamo.
+            return
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -83,10 +147,20 @@ class ResNet(tv_resnet.ResNet):
                 nn.init.zeros_(m.bias)
         if zero_init_residual:
             for m in self.modules():
-                if isinstance(m, tv_resnet.Bottleneck):
+                if isinstance(m, Bottleneck):
                     nn.init.zeros_(m.bn3.weight)
-                elif isinstance(m, tv_resnet.BasicBlock):
+                elif isinstance(m, BasicBlock):
                     nn.init.zeros_(m.bn2.weight)
+
+    def _make_layer(self, block: type[BasicBlock] | type[Bottleneck], planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
+        """One stage, as torchvision builds it: the projection shortcut is created before the first block."""
+        downsample = None
+        if stride != 1 or self.inplanes != planes * block.expansion:
+            downsample = nn.Sequential(_conv1x1(self.inplanes, planes * block.expansion, stride), nn.BatchNorm2d(planes * block.expansion))
+        layers: list[nn.Module] = [block(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * block.expansion
+        layers += [block(self.inplanes, planes) for _ in range(1, blocks)]
+        return nn.Sequential(*layers)
 
     def forward_stages(self, x: torch.Tensor) -> list[torch.Tensor]:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
