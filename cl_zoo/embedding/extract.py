@@ -310,22 +310,22 @@ def prefetch_batches(workers: int, batch_size: int) -> int | None:
 class DecodeAhead:
     """Decoding already under way: the loader's worker processes started, their queues filling.
 
-    Made before the engine is prepared (:func:`decode_ahead`), so the conversion, compilation,
-    probe and first allocations of the engine (0.25-0.5 s for ResNet-50 on 2 cores, more on a cold
-    cache) run while the decoders work through the first batches, instead of the first batch
-    starting to decode only once the engine is ready. ``close()`` stops the workers whatever
-    happened in between (a bad progress folder, a failed conversion, Ctrl-C).
+    Made before the engine is prepared (:func:`decode_ahead`; WebDataset tars:
+    :func:`cl_zoo.embedding.tars.tar_decode_ahead`), so the conversion, compilation, probe and first
+    allocations of the engine (0.25-0.5 s for ResNet-50 on 2 cores, more on a cold cache) run while
+    the decoders work through the first batches, instead of the first batch starting to decode only
+    once the engine is ready. ``identity`` says what is being decoded (inputs, preprocessing,
+    decoders, device kind); the run uses it only where its own matches. ``close()`` stops the workers
+    whatever happened in between (a bad progress folder, a failed conversion, Ctrl-C).
     """
 
-    def __init__(self, paths: Sequence[str], preprocess: Preprocess, batches: list[list[int]], workers: int,
-                 device: torch.device) -> None:
-        self.preprocess, self.batches, self.workers, self.device = preprocess, batches, workers, device
-        self._iterator: Any = iter(image_batches(paths, preprocess, batches, workers, device))
+    def __init__(self, loader: Iterable[Any], identity: tuple[Any, ...]) -> None:
+        self.identity = identity
+        self._iterator: Any = iter(loader)
 
-    def matches(self, engine: "Engine", batches: list[list[int]], workers: int) -> bool:
-        """Whether these are the batches, preprocessing and decoders the engine's run needs."""
-        return (self.preprocess == engine.preprocess and self.batches == batches and self.workers == workers
-                and self.device.type == engine.device.type)
+    def matches(self, identity: tuple[Any, ...]) -> bool:
+        """Whether these are the inputs, preprocessing and decoders the engine's run needs."""
+        return self.identity == identity
 
     def __iter__(self) -> Any:
         return self._iterator
@@ -337,6 +337,10 @@ class DecodeAhead:
             shutdown()
 
 
+def _batches_identity(preprocess: Preprocess, batches: list[list[int]], workers: int, device: torch.device) -> tuple[Any, ...]:
+    return (preprocess, batches, workers, device.type)
+
+
 def decode_ahead(model: nn.Module, paths: Sequence[str], batches: list[list[int]], workers: int,
                  device: torch.device) -> DecodeAhead | None:
     """Start decoding ``batches`` now, before the engine exists; None where nothing would run ahead.
@@ -346,7 +350,9 @@ def decode_ahead(model: nn.Module, paths: Sequence[str], batches: list[list[int]
     """
     if not batches or workers == 0:
         return None
-    return DecodeAhead(paths, Preprocess.from_model(model), batches, workers, device)
+    preprocess = Preprocess.from_model(model)
+    return DecodeAhead(image_batches(paths, preprocess, batches, workers, device),
+                       _batches_identity(preprocess, batches, workers, device))
 
 
 def run_batches(
@@ -413,7 +419,7 @@ def run_batches(
 
     try:
         with forward.context():
-            if decoded is not None and decoded.matches(engine, batches, workers):
+            if decoded is not None and decoded.matches(_batches_identity(engine.preprocess, batches, workers, engine.device)):
                 loader: Iterable[Any] = decoded
             else:
                 loader = image_batches(paths, engine.preprocess, batches, workers, engine.device)

@@ -24,9 +24,18 @@ import torch.nn as nn
 
 from cl_zoo.arrays import file_digest, read_npy_header
 from cl_zoo.embedding.checks import check_finite
-from cl_zoo.embedding.extract import BatchForward, Engine, FeatureResult, overlapped, prepare_engine
+from cl_zoo.embedding.extract import (
+    BatchForward,
+    DecodeAhead,
+    Engine,
+    FeatureResult,
+    check_options,
+    overlapped,
+    prefetch_batches,
+    prepare_engine,
+)
 from cl_zoo.embedding.options import EngineOptions
-from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY, TarBatch, TarBatches, parse_image_key
+from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY, Preprocess, TarBatch, TarBatches, parse_image_key
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info
 from cl_zoo.embedding.sharded import ShardRun, abandon_empty_run, complete_manifest, finished_shard, open_output_folder, probe_dims, run_digest
 from cl_zoo.embedding.shards import (
@@ -48,6 +57,32 @@ def sample_ref(tar: str, key: str) -> str:
     return f"{tar}#{key}"
 
 
+def tar_loader(tars: Sequence[tuple[int, str]], preprocess: Preprocess, batch_size: int, image_key: str, workers: int,
+               device: torch.device) -> torch.utils.data.DataLoader:
+    """The decoded batches of ``tars``: at most one worker per tar, the same decoded-image budget as path lists."""
+    workers = min(workers, len(tars))
+    return torch.utils.data.DataLoader(
+        TarBatches(tars, preprocess, batch_size, image_key), batch_size=None, num_workers=workers,
+        pin_memory=device.type == "cuda", prefetch_factor=prefetch_batches(workers, batch_size),
+    )
+
+
+def _tars_identity(tars: Sequence[tuple[int, str]], preprocess: Preprocess, batch_size: int, image_key: str, workers: int,
+                   device: torch.device) -> tuple[Any, ...]:
+    return (list(tars), preprocess, batch_size, image_key, min(workers, len(tars)), device.type)
+
+
+def tar_decode_ahead(model: nn.Module, tars: Sequence[tuple[int, str]], options: EngineOptions, image_key: str) -> DecodeAhead | None:
+    """Start reading and decoding ``tars`` before the engine is prepared (as path lists do,
+    :func:`~cl_zoo.embedding.extract.decode_ahead`); None where nothing would run ahead."""
+    workers, device = check_options(options)
+    if not tars or workers == 0:
+        return None
+    preprocess = Preprocess.from_model(model)
+    return DecodeAhead(tar_loader(tars, preprocess, options.batch_size, image_key, workers, device),
+                       _tars_identity(tars, preprocess, options.batch_size, image_key, workers, device))
+
+
 def run_tar_batches(
     model: nn.Module,
     engine: Engine,
@@ -59,22 +94,25 @@ def run_tar_batches(
     fuse: bool = True,
     max_batches: int | None = None,
     progress: bool = False,
+    decoded: DecodeAhead | None = None,
 ) -> int:
     """Embed every sample of ``tars``; each finished tar goes to ``on_tar(t, chunk, refs)``.
 
     ``chunk.indices`` are the decoded samples' positions in the tar, ``refs`` maps every id of the
     chunk (failures included) to its ``<tar>#<key>`` name. Returns the images embedded.
+    ``decoded``: decoding started ahead of the engine (:func:`tar_decode_ahead`), used where it
+    matches these tars and settings.
     """
     from tqdm import tqdm
 
     if not tars:
         return 0
     forward = BatchForward(model, engine, fuse=fuse)
-    workers = min(engine.workers, len(tars))
-    loader = torch.utils.data.DataLoader(
-        TarBatches(tars, engine.preprocess, batch_size, image_key), batch_size=None, num_workers=workers,
-        pin_memory=engine.device.type == "cuda", prefetch_factor=4 if workers > 0 else None,
-    )
+    if decoded is not None and decoded.matches(_tars_identity(tars, engine.preprocess, batch_size, image_key, engine.workers,
+                                                              engine.device)):
+        loader: Any = decoded
+    else:
+        loader = tar_loader(tars, engine.preprocess, batch_size, image_key, engine.workers, engine.device)
     url = dict(tars)
     pending: dict[int, tuple[list[np.ndarray], list[int], dict[int, str], list[str]]] = {}
     bar = tqdm(total=None, unit="img", disable=None if progress else True, file=sys.stderr, dynamic_ncols=True, smoothing=0.1)
@@ -113,9 +151,15 @@ def run_tar_batches(
     return computed
 
 
-def tar_engine(model: nn.Module, tars: Sequence[str], options: EngineOptions) -> Engine:
+def check_tar_options(options: EngineOptions) -> None:
+    """A one-line error for a setting WebDataset input cannot run, before any decoder starts."""
     if options.precision == "int8" and not options.calibration:
         raise ClZooError("--precision int8 with WebDataset shards needs --calibration images (files or folders) to quantize on")
+    check_options(options)
+
+
+def tar_engine(model: nn.Module, tars: Sequence[str], options: EngineOptions) -> Engine:
+    check_tar_options(options)
     return prepare_engine(model, list(options.calibration or []), options, need_fingerprint=True, images=len(tars) * 1000)
 
 
@@ -147,10 +191,17 @@ def extract_tar_features(
     opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
                                fuse=fuse, calibration=calibration, calibration_size=calibration_size,
                                calibration_seed=calibration_seed, force_int8=force_int8)
-    engine = tar_engine(model, tars, opts)
-    done: dict[int, tuple[Chunk, dict[int, str]]] = {}
-    computed = run_tar_batches(model, engine, list(enumerate(tars)), lambda t, c, r: done.__setitem__(t, (c, r)),
-                               batch_size=opts.batch_size, image_key=image_key, fuse=opts.fuse, max_batches=max_batches, progress=progress)
+    check_tar_options(opts)
+    numbered = list(enumerate(tars))
+    ahead = tar_decode_ahead(model, numbered, opts, image_key)  # reading and decoding start while the engine is prepared
+    try:
+        engine = tar_engine(model, tars, opts)
+        done: dict[int, tuple[Chunk, dict[int, str]]] = {}
+        computed = run_tar_batches(model, engine, numbered, lambda t, c, r: done.__setitem__(t, (c, r)), batch_size=opts.batch_size,
+                                   image_key=image_key, fuse=opts.fuse, max_batches=max_batches, progress=progress, decoded=ahead)
+    finally:
+        if ahead is not None:
+            ahead.close()
     ordered = [done[t] for t in range(len(tars))]
     dims = {c.features.shape[1] for c, _ in ordered if len(c.indices)}
     dim = dims.pop() if dims else 0
@@ -202,6 +253,22 @@ def embed_tars_to_shards(
     opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
                                fuse=fuse, calibration=calibration, calibration_size=calibration_size,
                                calibration_seed=calibration_seed, force_int8=force_int8)
+    check_tar_options(opts)
+    # Without --resume, one process reads every tar: decoding can start before the engine (a resume
+    # learns from the engine's digest which shards are finished; torchrun ranks wait for each other).
+    ahead = tar_decode_ahead(model, list(enumerate(tars)), opts, image_key) if not resume and world == 1 else None
+    try:
+        return _tars_to_shards(model, tars, folder, opts, ahead, metadata=metadata, image_key=image_key, half=half, progress=progress,
+                               resume=resume, force=force, max_batches=max_batches, start=start)
+    finally:
+        if ahead is not None:
+            ahead.close()
+
+
+def _tars_to_shards(model: nn.Module, tars: list[str], folder: Path, opts: EngineOptions, ahead: DecodeAhead | None, *,
+                    metadata: dict[str, Any], image_key: str, half: bool, progress: bool, resume: bool, force: bool,
+                    max_batches: int | None, start: float) -> ShardRun:
+    rank, world = dist_info()
     batch_size = opts.batch_size
     engine = tar_engine(model, tars, opts)
     assert engine.fingerprint is not None
@@ -218,7 +285,7 @@ def embed_tars_to_shards(
                     first_id=0, run_digest=digest, source=tars[t])
 
     computed = run_tar_batches(model, engine, mine, on_tar, batch_size=batch_size, image_key=image_key, fuse=opts.fuse,
-                               max_batches=max_batches, progress=progress and rank == 0)
+                               max_batches=max_batches, progress=progress and rank == 0, decoded=ahead)
     barrier(world)
     records: list[ShardRecord] = []
     if rank == 0:
@@ -247,4 +314,5 @@ def embed_tars_to_shards(
                     engine.backend, engine.reason, engine.quantization, manifest)
 
 
-__all__ = ["FAILURE_IDS", "embed_tars_to_shards", "extract_tar_features", "run_tar_batches", "sample_ref"]
+__all__ = ["FAILURE_IDS", "embed_tars_to_shards", "extract_tar_features", "run_tar_batches", "sample_ref", "tar_decode_ahead",
+           "tar_loader"]

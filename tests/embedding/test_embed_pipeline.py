@@ -113,6 +113,56 @@ def test_decoding_starts_before_the_engine_and_gives_the_same_features(monkeypat
     assert children() - before == set()  # and they are gone once the call returns
 
 
+def _tar_shards(folder: Path) -> list[str]:
+    from tests.embedding.test_embed_inputs import good_sample, write_shard
+
+    colours = ("red", "blue", "green")
+    return [str(write_shard(folder / f"d-{i}.tar", [good_sample(f"{i}{k}", c) for k, c in enumerate(colours)])) for i in range(2)]
+
+
+def test_webdataset_tars_decode_before_the_engine_and_give_the_same_features(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cl_zoo.embedding import tars as tars_mod
+
+    torch.manual_seed(0)
+    model = small_model()
+    shards = _tar_shards(tmp_path)
+    in_process = tars_mod.extract_tar_features(model, shards, batch_size=2, workers=0)
+    decoders_at_prepare: list[int] = []
+    real_prepare = tars_mod.prepare_engine
+    before = children()
+
+    def watched(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        decoders_at_prepare.append(len(children() - before))
+        return real_prepare(*args, **kwargs)
+
+    monkeypatch.setattr(tars_mod, "prepare_engine", watched)
+    ahead = tars_mod.extract_tar_features(model, shards, batch_size=2, workers=2)
+    assert decoders_at_prepare == [2]  # one reader per tar, already running while the engine was prepared
+    assert ahead.features.tobytes() == in_process.features.tobytes() and ahead.paths == in_process.paths
+    assert len(ahead.paths) == 6
+    assert children() - before == set()
+
+    def broken(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        raise ClZooError("no engine here")
+
+    monkeypatch.setattr(tars_mod, "prepare_engine", broken)
+    for call in (lambda: tars_mod.extract_tar_features(model, shards, batch_size=2, workers=2),
+                 lambda: tars_mod.embed_tars_to_shards(model, shards, tmp_path / "out", metadata={}, batch_size=2, workers=2)):
+        with pytest.raises(ClZooError, match="no engine here"):
+            call()
+        assert children() - before == set()  # the readers started ahead are stopped
+
+
+def test_webdataset_int8_without_calibration_fails_before_any_reader_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cl_zoo.embedding import tars as tars_mod
+
+    started: list[object] = []
+    monkeypatch.setattr(tars_mod, "DecodeAhead", lambda *args: started.append(args))
+    with pytest.raises(ClZooError, match="needs --calibration"):
+        tars_mod.extract_tar_features(small_model(), _tar_shards(tmp_path), precision="int8", workers=2)
+    assert started == []
+
+
 def test_decoders_started_ahead_stop_when_the_engine_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.manual_seed(0)
     model = small_model()
