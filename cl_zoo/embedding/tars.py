@@ -72,15 +72,18 @@ def _tars_identity(tars: Sequence[tuple[int, str]], preprocess: Preprocess, batc
     return (list(tars), preprocess, batch_size, image_key, min(workers, len(tars)), device.type)
 
 
-def tar_decode_ahead(model: nn.Module, tars: Sequence[tuple[int, str]], options: EngineOptions, image_key: str) -> DecodeAhead | None:
+def tar_decode_ahead(model: nn.Module, tars: Sequence[tuple[int, str]], batch_size: int, image_key: str, workers: int,
+                     device: torch.device) -> DecodeAhead | None:
     """Start reading and decoding ``tars`` before the engine is prepared (as path lists do,
-    :func:`~cl_zoo.embedding.extract.decode_ahead`); None where nothing would run ahead."""
-    workers, device = check_options(options)
+    :func:`~cl_zoo.embedding.extract.decode_ahead`); None where nothing would run ahead.
+
+    ``workers`` and ``device`` as :func:`check_tar_options` gives them.
+    """
     if not tars or workers == 0:
         return None
     preprocess = Preprocess.from_model(model)
-    return DecodeAhead(tar_loader(tars, preprocess, options.batch_size, image_key, workers, device),
-                       _tars_identity(tars, preprocess, options.batch_size, image_key, workers, device))
+    return DecodeAhead(tar_loader(tars, preprocess, batch_size, image_key, workers, device),
+                       _tars_identity(tars, preprocess, batch_size, image_key, workers, device))
 
 
 def run_tar_batches(
@@ -151,15 +154,15 @@ def run_tar_batches(
     return computed
 
 
-def check_tar_options(options: EngineOptions) -> None:
-    """A one-line error for a setting WebDataset input cannot run, before any decoder starts."""
+def check_tar_options(options: EngineOptions) -> tuple[int, torch.device]:
+    """The decode workers and device, or a one-line error for a setting WebDataset input cannot run, before any decoder starts."""
     if options.precision == "int8" and not options.calibration:
         raise ClZooError("--precision int8 with WebDataset shards needs --calibration images (files or folders) to quantize on")
-    check_options(options)
+    return check_options(options)
 
 
 def tar_engine(model: nn.Module, tars: Sequence[str], options: EngineOptions) -> Engine:
-    check_tar_options(options)
+    """The engine for ``tars`` (options already passed :func:`check_tar_options`)."""
     return prepare_engine(model, list(options.calibration or []), options, need_fingerprint=True, images=len(tars) * 1000)
 
 
@@ -191,9 +194,9 @@ def extract_tar_features(
     opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
                                fuse=fuse, calibration=calibration, calibration_size=calibration_size,
                                calibration_seed=calibration_seed, force_int8=force_int8)
-    check_tar_options(opts)
+    decoders, dev = check_tar_options(opts)
     numbered = list(enumerate(tars))
-    ahead = tar_decode_ahead(model, numbered, opts, image_key)  # reading and decoding start while the engine is prepared
+    ahead = tar_decode_ahead(model, numbered, opts.batch_size, image_key, decoders, dev)  # reading and decoding start while the engine is prepared
     try:
         engine = tar_engine(model, tars, opts)
         done: dict[int, tuple[Chunk, dict[int, str]]] = {}
@@ -253,10 +256,10 @@ def embed_tars_to_shards(
     opts = EngineOptions.merge(options, batch_size=batch_size, device=device, workers=workers, precision=precision, backend=backend,
                                fuse=fuse, calibration=calibration, calibration_size=calibration_size,
                                calibration_seed=calibration_seed, force_int8=force_int8)
-    check_tar_options(opts)
+    decoders, dev = check_tar_options(opts)
     # Without --resume, one process reads every tar: decoding can start before the engine (a resume
     # learns from the engine's digest which shards are finished; torchrun ranks wait for each other).
-    ahead = tar_decode_ahead(model, list(enumerate(tars)), opts, image_key) if not resume and world == 1 else None
+    ahead = tar_decode_ahead(model, list(enumerate(tars)), opts.batch_size, image_key, decoders, dev) if not resume and world == 1 else None
     try:
         return _tars_to_shards(model, tars, folder, opts, ahead, metadata=metadata, image_key=image_key, half=half, progress=progress,
                                resume=resume, force=force, max_batches=max_batches, start=start)
