@@ -7,6 +7,7 @@ preprocessing (:mod:`.preprocess`), the engine (:mod:`.engine`) and progress fil
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -14,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -141,8 +142,8 @@ def extract_features(
     # Without --resume the batches to run are known before the engine is: decoding starts first and
     # fills its queue while the engine converts, compiles or loads (a resume must first learn from the
     # engine's manifest which saved parts it may keep).
-    ahead = None if resume else decode_ahead(model, paths, chunk_batches_of(mine, chunk_size, batch_size, len(paths)), decoders, dev)
-    try:
+    with decoding_ahead(None if resume else decode_ahead(model, paths, chunk_batches_of(mine, chunk_size, batch_size, len(paths)),
+                                                         decoders, dev)) as ahead:
         engine = prepare_engine(model, paths, opts, need_fingerprint=progress_dir is not None)
         folder = Path(progress_dir) if progress_dir is not None else None
         done: dict[int, Chunk] = {}
@@ -166,9 +167,6 @@ def extract_features(
             workers=engine.workers, fuse=opts.fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
             decoded=ahead,
         )
-    finally:
-        if ahead is not None:
-            ahead.close()
     barrier(world)
     if world > 1:
         assert folder is not None
@@ -353,6 +351,16 @@ def decode_ahead(model: nn.Module, paths: Sequence[str], batches: list[list[int]
     preprocess = Preprocess.from_model(model)
     return DecodeAhead(image_batches(paths, preprocess, batches, workers, device),
                        _batches_identity(preprocess, batches, workers, device))
+
+
+@contextlib.contextmanager
+def decoding_ahead(ahead: DecodeAhead | None) -> Iterator[DecodeAhead | None]:
+    """``ahead`` for the block; its workers are stopped when the block ends, however it ends."""
+    try:
+        yield ahead
+    finally:
+        if ahead is not None:
+            ahead.close()
 
 
 def run_batches(

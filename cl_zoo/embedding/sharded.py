@@ -30,7 +30,7 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.arrays import file_digest, read_npy_header
-from cl_zoo.embedding.extract import Engine, check_options, chunk_batches_of, decode_ahead, prepare_engine, run_batches
+from cl_zoo.embedding.extract import Engine, check_options, chunk_batches_of, decode_ahead, decoding_ahead, prepare_engine, run_batches
 from cl_zoo.embedding.options import EngineOptions
 from cl_zoo.embedding.parts import check_progress_folder, discard_progress
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info, load_chunk, open_progress, save_chunk
@@ -301,7 +301,7 @@ def embed_to_shards(
     if world == 1 and not resume:
         everything = chunk_batches_of(range(math.ceil(len(paths) / chunk_size)), chunk_size, batch_size, len(paths))
         ahead = decode_ahead(model, paths, everything, decoders, dev)
-    try:
+    with decoding_ahead(ahead):
         engine = prepare_engine(model, paths, opts, need_fingerprint=True)
         assert engine.fingerprint is not None
         dims = probe_dims(model, engine.preprocess.crop_size)
@@ -360,9 +360,6 @@ def embed_to_shards(
             workers=engine.workers, fuse=opts.fuse, max_batches=max_batches, progress=progress and rank == 0, initial=resumed,
             decoded=ahead,
         )
-    finally:
-        if ahead is not None:
-            ahead.close()
     barrier(world)
     records = [shard_record(folder, s, layout) for s in range(layout.shards)] if rank == 0 else []
     manifest = complete_manifest(metadata, engine, run, digest, records, shard_images=layout.shard_images)

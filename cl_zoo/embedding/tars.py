@@ -30,6 +30,7 @@ from cl_zoo.embedding.extract import (
     Engine,
     FeatureResult,
     check_options,
+    decoding_ahead,
     overlapped,
     prefetch_batches,
     prepare_engine,
@@ -196,15 +197,12 @@ def extract_tar_features(
                                calibration_seed=calibration_seed, force_int8=force_int8)
     decoders, dev = check_tar_options(opts)
     numbered = list(enumerate(tars))
-    ahead = tar_decode_ahead(model, numbered, opts.batch_size, image_key, decoders, dev)  # reading and decoding start while the engine is prepared
-    try:
+    # reading and decoding start while the engine is prepared
+    with decoding_ahead(tar_decode_ahead(model, numbered, opts.batch_size, image_key, decoders, dev)) as ahead:
         engine = tar_engine(model, tars, opts)
         done: dict[int, tuple[Chunk, dict[int, str]]] = {}
         computed = run_tar_batches(model, engine, numbered, lambda t, c, r: done.__setitem__(t, (c, r)), batch_size=opts.batch_size,
                                    image_key=image_key, fuse=opts.fuse, max_batches=max_batches, progress=progress, decoded=ahead)
-    finally:
-        if ahead is not None:
-            ahead.close()
     ordered = [done[t] for t in range(len(tars))]
     dims = {c.features.shape[1] for c, _ in ordered if len(c.indices)}
     dim = dims.pop() if dims else 0
@@ -260,12 +258,9 @@ def embed_tars_to_shards(
     # Without --resume, one process reads every tar: decoding can start before the engine (a resume
     # learns from the engine's digest which shards are finished; torchrun ranks wait for each other).
     ahead = tar_decode_ahead(model, list(enumerate(tars)), opts.batch_size, image_key, decoders, dev) if not resume and world == 1 else None
-    try:
+    with decoding_ahead(ahead):
         return _tars_to_shards(model, tars, folder, opts, ahead, metadata=metadata, image_key=image_key, half=half, progress=progress,
                                resume=resume, force=force, max_batches=max_batches, start=start)
-    finally:
-        if ahead is not None:
-            ahead.close()
 
 
 def _tars_to_shards(model: nn.Module, tars: list[str], folder: Path, opts: EngineOptions, ahead: DecodeAhead | None, *,
