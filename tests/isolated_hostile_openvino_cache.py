@@ -216,6 +216,7 @@ def _counting_probes(monkeypatch) -> list[int]:
 def test_a_remembered_probe_is_skipped_until_a_file_changes(model, other, fresh, monkeypatch, tmp_path):
     """The memo of a passed probe stands only for the exact files that passed: a graph planted after it is probed and refused."""
     from cl_zoo.backends import cache as cache_mod
+    from cl_zoo.backends.openvino import _blob_folder
 
     _settle_at_once(monkeypatch)
     monkeypatch.setenv("CL_ZOO_STATE", str(tmp_path / "state"))
@@ -228,7 +229,8 @@ def test_a_remembered_probe_is_skipped_until_a_file_changes(model, other, fresh,
     assert again.backend_reason == "compiled from the cache" and len(probes) == 1  # remembered: neither hashed nor probed
     assert _min_cos(again.features, fresh) > 0.999999
     folder, _, _ = _entry(model)
-    blobs = folder / "compiled-fp32"
+    blobs = folder / _blob_folder("fp32")
+    assert blobs.is_dir()
     (blobs / "planted.blob").write_bytes(b"\0" * 64)  # anything new beside the plugin's blobs
     cache_mod._VERIFIED.clear()
     assert _embed(model, "openvino").backend_reason == "compiled from the cache" and len(probes) == 2

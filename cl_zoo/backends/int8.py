@@ -45,7 +45,7 @@ bf16 hint OpenVINO 2026.4's CPU plugin failed on a float convolution left betwee
 
 Cache layout, beside the fp32 graph it was made from (:mod:`cl_zoo.backends.openvino`)::
 
-    <fp32 key>/int8-<key>/model.xml, model.bin, fidelity.json, entry.json, compiled/
+    <fp32 key>/int8-<key>/model.xml, model.bin, fidelity.json, entry.json, compiled-n8/
 
 ``entry.json`` records the sha256 of the fp32 graph it was quantized from, of the calibration pixels
 and of its own files, and is checked before the entry is used (:func:`cl_zoo.backends.openvino.entry_problem`):
