@@ -75,8 +75,8 @@ def test_an_empty_batch_gives_no_rows(model):
 def test_blobs_of_the_dynamic_graph_are_removed_and_a_planted_link_is_not_followed(model, tmp_path):
     from cl_zoo.backends.openvino import _blob_folder, _legacy_blob_folder
 
-    runner = _runner(model, "bf16")
-    legacy = runner.folder / _legacy_blob_folder("bf16")
+    folder = _runner(model, "bf16").folder  # one runner alive at a time, as the pipeline makes them
+    legacy = folder / _legacy_blob_folder("bf16")
     legacy.mkdir()
     (legacy / "old.blob").write_bytes(b"stale")
     elsewhere = tmp_path / "not-the-cache"
@@ -85,6 +85,6 @@ def test_blobs_of_the_dynamic_graph_are_removed_and_a_planted_link_is_not_follow
     (legacy / "link").symlink_to(elsewhere)
     again = _runner(model, "bf16")
     assert again.checked_by in {"probe", "probe remembered"}  # the cached entry was used, not converted again
-    assert not legacy.exists() and (runner.folder / _blob_folder("bf16")).is_dir()
+    assert not legacy.exists() and (folder / _blob_folder("bf16")).is_dir()
     assert (elsewhere / "keep.txt").read_text() == "mine"  # unlinked, not followed
 
