@@ -77,6 +77,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from cl_zoo.backends.cache import entry_files, entry_problem, save_graph_folder
+from cl_zoo.backends.signal_stack import own_signal_stack
 from cl_zoo.errors import ClZooError
 from cl_zoo.optional import is_installed, missing_message, require
 from cl_zoo.fileio import atomic_write_json, cache_root, read_bounded_json, read_json
@@ -387,6 +388,7 @@ def quantized_graph(fp32_folder: Path, calibration: np.ndarray | CalibrationImag
         reference = run_graph(core.compile_model(core.read_model(str(fp32_folder / "model.xml")), "CPU", config), held)
         candidate = run_graph(core.compile_model(quantized.clone(), "CPU", config), held)
         fidelity = Fidelity(neighbour_recall(reference, candidate), min_cosine(reference, candidate), len(held), len(calibrate))
+    own_signal_stack()  # whatever NNCF's and the gate's compiled models left behind (cl_zoo.backends.signal_stack)
     record = {"measured": fidelity is not None, "calibration_sha256": digest, **(asdict(fidelity) if fidelity else {})}
     # replace: an entry without a readable gate record is made again over the old one
     save_graph_folder(quantized, folder, {"fidelity.json": json.dumps(record, indent=1) + "\n"}, record=expect, replace=True)

@@ -73,6 +73,7 @@ from cl_zoo.backends.cache import (  # re-exported: the cache's names were first
     save_graph_folder,
 )
 from cl_zoo.backends.int8 import CalibrationImages, Int8Rejected, quantized_graph
+from cl_zoo.backends.signal_stack import own_signal_stack
 from cl_zoo.backends.verified import VerifiedMemo, folder_identity
 from cl_zoo.errors import ClZooError
 from cl_zoo.optional import require
@@ -356,6 +357,7 @@ class OpenVINORunner:
         else:  # a graph with other dynamic dimensions keeps its dynamic batch, split across the streams as before
             self.request_images = None
         self.compiled = core.compile_model(graph, "CPU", config)
+        own_signal_stack()  # not the plugin's: it may be freed before the thread stops using it (cl_zoo.backends.signal_stack)
         self.jobs = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
         self.dim = int(self.compiled.output(0).get_partial_shape()[1].get_length())
         self.queue = ov.AsyncInferQueue(self.compiled, self.jobs)
