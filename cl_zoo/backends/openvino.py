@@ -350,12 +350,10 @@ class OpenVINORunner:
         if threads:
             config["INFERENCE_NUM_THREADS"] = int(threads)
         graph = core.read_model(str(graph_folder / "model.xml"))
-        shape = graph.input(0).get_partial_shape()
-        if shape.rank.is_static and all(shape[i].is_static for i in range(1, shape.rank.get_length())):
-            graph.reshape(ov.PartialShape([REQUEST_IMAGES, *(shape[i].get_length() for i in range(1, shape.rank.get_length()))]))
-            self.request_images: int | None = REQUEST_IMAGES
-        else:  # a graph with other dynamic dimensions keeps its dynamic batch, split across the streams as before
-            self.request_images = None
+        # Only the batch is dynamic in a graph cl-zoo converts; any other dynamic dimension raises
+        # here, and a cached graph that does not compile is converted again (the caller's loop).
+        graph.reshape(ov.PartialShape([REQUEST_IMAGES, *(d.get_length() for d in list(graph.input(0).get_partial_shape())[1:])]))
+        self.request_images = REQUEST_IMAGES
         self.compiled = core.compile_model(graph, "CPU", config)
         own_signal_stack()  # not the plugin's: it may be freed before the thread stops using it (cl_zoo.backends.signal_stack)
         self.jobs = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
@@ -441,14 +439,11 @@ class OpenVINORunner:
         n = len(x)
         out = np.empty((n, self.dim), dtype=np.float32)
         size = self.request_images
-        if size is None:  # dynamic batch: one part per stream
-            bounds = np.linspace(0, n, min(self.jobs, n) + 1).astype(int)
-        else:
-            bounds = np.append(np.arange(0, n, size), n)
+        bounds = np.append(np.arange(0, n, size), n)
         countdown = _Countdown(len(bounds) - 1)
         for s, e in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
             part = x[s:e]
-            if size is not None and e - s < size:
+            if e - s < size:
                 part = np.concatenate([part, np.zeros((size - (e - s), *x.shape[1:]), dtype=x.dtype)])
             self.queue.start_async({0: part}, (out, s, e - s, countdown, part), share_inputs=True)
 
