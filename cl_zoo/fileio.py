@@ -65,7 +65,6 @@ __all__ = [
     "file_lock",
     "files_fingerprint",
     "read_bounded_json",
-    "read_json",
     "check_replaceable",
     "check_output_path",
     "read_head",
@@ -275,9 +274,6 @@ def read_bounded_json(
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, a 5000-digit integer
         raise error(f"{path} is not valid JSON ({one_line(exc)})") from None
 
-
-# The name the reader had before issue 43; modules not yet moved to the new name still import it.
-read_json = read_bounded_json
 
 
 def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:

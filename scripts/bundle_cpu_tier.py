@@ -52,7 +52,7 @@ from cl_zoo.index.dedup_calibration import card_section as dedup_card_section
 from cl_zoo.errors import ClZooError
 from cl_zoo.eval.report import MAX_REPORT_BYTES, compare_reports, read_report
 from cl_zoo.fileio import atomic_write_text
-from cl_zoo.fileio import read_json as read_bounded_json
+from cl_zoo.fileio import read_bounded_json
 
 REPO = Path(__file__).resolve().parents[1]
 TAG = "imagenette64_cpu"

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 from cl_zoo.cli import main
 from cl_zoo.data import images
 from cl_zoo.embedding.inputs import MAX_BRACE_DEPTH, MAX_EXPANSION, brace_size, resolve_inputs
-from cl_zoo.embedding.preprocess import MAX_TAR_HEADER_BYTES, Preprocess, ShardError, TarBatches, tar_members
+from cl_zoo.embedding.preprocess import MAX_TAR_HEADER_BYTES, Preprocess, ShardError, TarBatches
 from cl_zoo.errors import DataError
 from tests.helpers import REPO_ROOT, embed_test_photos, mutate, run_cli_captured
 

@@ -17,7 +17,7 @@ from cl_zoo.fileio import (
     atomic_write_bytes,
     atomic_write_json,
     atomic_write_text,
-    read_json,
+    read_bounded_json,
 )
 from cl_zoo.errors import CheckpointError, DataError
 
@@ -87,7 +87,7 @@ def test_npy_and_torch_land_at_the_exact_name(tmp_path: Path) -> None:
 def test_read_json_reads_a_file_within_its_bound(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     path.write_text('{"a": [1, 2.5, "\u00e9"]}')
-    assert read_json(path, max_bytes=path.stat().st_size) == {"a": [1, 2.5, "é"]}
+    assert read_bounded_json(path, max_bytes=path.stat().st_size) == {"a": [1, 2.5, "é"]}
 
 
 @pytest.mark.parametrize("content, message", [
@@ -99,7 +99,7 @@ def test_read_json_refuses_oversized_and_malformed_files_in_one_line(tmp_path: P
     path = tmp_path / "x.json"
     path.write_bytes(content)
     with pytest.raises(DataError, match=message) as info:
-        read_json(path, max_bytes=100, what="test file")
+        read_bounded_json(path, max_bytes=100, what="test file")
     assert "\n" not in str(info.value)
 
 
@@ -107,25 +107,25 @@ def test_read_json_an_integer_too_long_to_convert_is_a_clean_error(tmp_path: Pat
     path = tmp_path / "digits.json"
     path.write_bytes(b"9" * 5000)  # Python refuses to convert more than 4300 digits by default
     with pytest.raises(DataError, match="is not valid JSON"):
-        read_json(path, max_bytes=10_000)
+        read_bounded_json(path, max_bytes=10_000)
 
 
 def test_read_json_nesting_deep_enough_to_exhaust_recursion_is_a_clean_error(tmp_path: Path) -> None:
     path = tmp_path / "deep.json"
     path.write_bytes(b"[" * 200_000)
     with pytest.raises(CheckpointError, match="is not valid JSON"):
-        read_json(path, max_bytes=1 << 20, error=CheckpointError)
+        read_bounded_json(path, max_bytes=1 << 20, error=CheckpointError)
 
 
 def test_read_json_refuses_what_is_not_a_regular_file_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)  # opened for reading without O_NONBLOCK this would wait for a writer forever
     with pytest.raises(DataError, match="is not a regular file"):
-        read_json(fifo, max_bytes=100)
+        read_bounded_json(fifo, max_bytes=100)
     with pytest.raises(DataError, match="is not a regular file"):
-        read_json(tmp_path, max_bytes=100)
+        read_bounded_json(tmp_path, max_bytes=100)
     with pytest.raises(DataError, match="is missing"):
-        read_json(tmp_path / "gone.json", max_bytes=100)
+        read_bounded_json(tmp_path / "gone.json", max_bytes=100)
 
 
 def test_read_bounded_json_refuses_an_oversized_file_before_reading_a_byte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,7 +143,6 @@ def test_read_bounded_json_refuses_an_oversized_file_before_reading_a_byte(tmp_p
     with pytest.raises(DataError, match=r"is 8589934592 bytes, more than a shard manifest can be \(1048576 bytes\)") as info:
         read_bounded_json(path, 1 << 20, "shard manifest")
     assert "\n" not in str(info.value)
-    assert fileio.read_json is read_bounded_json  # the old name is the same reader
 
 
 @pytest.mark.parametrize("error", [DataError, CheckpointError])

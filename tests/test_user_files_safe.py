@@ -9,7 +9,6 @@ that only cl-zoo's files changed.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import tarfile

@@ -80,7 +80,7 @@ from cl_zoo.backends.cache import entry_files, entry_problem, save_graph_folder
 from cl_zoo.backends.signal_stack import own_signal_stack
 from cl_zoo.errors import ClZooError
 from cl_zoo.optional import is_installed, missing_message, require
-from cl_zoo.fileio import atomic_write_json, cache_root, read_bounded_json, read_json
+from cl_zoo.fileio import atomic_write_json, cache_root, read_bounded_json
 
 INT8_FEATURE = "--precision int8"
 RECIPE_VERSION = 2  # bump when the quantization settings below change: old cache entries are then ignored
@@ -313,7 +313,7 @@ def _quantize(fp32_xml: Path, calibration: np.ndarray) -> Any:
 def _record(path: Path) -> Any:
     """The JSON beside a cached int8 model; ``None`` when unreadable (a cache entry is not trusted blindly)."""
     try:
-        return read_json(path, max_bytes=65536, what="int8 cache record")
+        return read_bounded_json(path, max_bytes=65536, what="int8 cache record")
     except ClZooError:
         return None
 

@@ -50,7 +50,7 @@ from cl_zoo.checkpoint.checks import (
 )
 from cl_zoo import __version__
 from cl_zoo.errors import CheckpointError, ModelNotFoundError
-from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, atomic_write_text, current_umask, read_json
+from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, atomic_write_text, current_umask, read_bounded_json
 from cl_zoo.registry import PretrainedCfg, build_arch, get_arch
 
 # Bounds on what a folder's JSON may hold, checked before reading: the zoo's largest config is 9 KB
@@ -99,7 +99,7 @@ def weight_files(folder: str | os.PathLike[str]) -> list[str]:
 def shard_map(folder: Path) -> dict[str, str]:
     """The shard index's ``weight_map`` (tensor name -> shard file), every file name checked."""
     path = member(folder, INDEX_NAME, str(folder))
-    index = read_json(path, max_bytes=MAX_INDEX_BYTES, what="shard index", error=CheckpointError)
+    index = read_bounded_json(path, max_bytes=MAX_INDEX_BYTES, what="shard index", error=CheckpointError)
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{path} has no 'weight_map' object")
@@ -280,7 +280,7 @@ def consolidate_weights(folder: str | os.PathLike[str]) -> dict[str, str]:
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a checkpoint folder's config.json."""
     path = member(Path(folder), CONFIG_NAME, str(folder))
-    config = read_json(path, max_bytes=MAX_CONFIG_BYTES, what="checkpoint config", error=CheckpointError)
+    config = read_bounded_json(path, max_bytes=MAX_CONFIG_BYTES, what="checkpoint config", error=CheckpointError)
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} must hold a JSON object")
     for key, kind in (("architecture", str), ("model_args", dict), ("pretrained_cfg", dict)):

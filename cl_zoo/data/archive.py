@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_write_text, cache_root, read_json  # cache_root: re-exported
+from cl_zoo.fileio import atomic_write_text, cache_root, read_bounded_json  # cache_root: re-exported
 
 ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar.gz", ".tgz", ".tar", ".zip")
 COMPLETE_MARKER = ".cl-zoo-complete"
@@ -44,7 +44,7 @@ def archive_sha256(path: Path) -> str:
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:32]
     memo = memo_dir / key
     try:
-        recorded = read_json(memo, max_bytes=4096, what="hash memo")
+        recorded = read_bounded_json(memo, max_bytes=4096, what="hash memo")
         if isinstance(recorded, dict) and isinstance(recorded.get("sha256"), str):
             return recorded["sha256"]
     except ClZooError:

@@ -26,7 +26,7 @@ import torch
 from PIL import Image
 
 from cl_zoo.errors import DataError
-from cl_zoo.fileio import read_json
+from cl_zoo.fileio import read_bounded_json
 
 # Boxes may poke out of the image by up to this many pixels (rounding in the annotation tools);
 # they are clipped. Anything further out is an error and is skipped.
@@ -204,7 +204,7 @@ MAX_ANNOTATION_BYTES = 2 << 30
 
 def read_annotations(path: Path) -> Any:
     """A COCO-style annotation file's JSON; unreadable, oversized or malformed files are one-line errors."""
-    return read_json(path, max_bytes=MAX_ANNOTATION_BYTES, what="COCO annotation file")
+    return read_bounded_json(path, max_bytes=MAX_ANNOTATION_BYTES, what="COCO annotation file")
 
 
 def load_coco(images_dir: str | os.PathLike[str], annotation_file: str | os.PathLike[str]) -> DetectionData:

@@ -33,7 +33,7 @@ from cl_zoo.bundled import bundled_folder
 from cl_zoo.detection.detectron2_datasets import Detectron2Dataset, describe_dataset, shared_classes
 from cl_zoo.detection.presets import Preset, get_preset
 from cl_zoo.errors import ClZooError
-from cl_zoo.fileio import atomic_write_json, read_json
+from cl_zoo.fileio import atomic_write_json, read_bounded_json
 
 # Names the user's folders are registered under inside train_net.py (never a builtin voc_*/coco_*).
 TRAIN_NAME = "cl_zoo_train_{}"
@@ -318,7 +318,7 @@ def write_detectron2_report(run: Detectron2Run, *, model: str, backbone: dict[st
     overrides = dict(run.overrides) | dict(zip(run.extra[::2], run.extra[1::2]))
     evaluated = [d for d in run.datasets if d.name == VAL_NAME]
     test_names = [n.strip().strip('"') for n in overrides.get("DATASETS.TEST", "").strip("()").split(",") if n.strip()]
-    results = read_json(run.output / RESULTS_FILE, max_bytes=MAX_RESULTS_BYTES, what="detectron2 evaluation results",
+    results = read_bounded_json(run.output / RESULTS_FILE, max_bytes=MAX_RESULTS_BYTES, what="detectron2 evaluation results",
                         error=ClZooError)
     if not isinstance(results, dict) or not results:
         raise ClZooError(f"{run.output / RESULTS_FILE}: no evaluation results")

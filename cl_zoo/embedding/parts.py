@@ -19,7 +19,7 @@ import zipfile
 from pathlib import Path
 
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import read_json
+from cl_zoo.fileio import read_bounded_json
 
 # The progress folder's manifest (written by cl_zoo.embedding.progress, which imports these).
 PROGRESS_MANIFEST = "manifest.json"
@@ -35,7 +35,7 @@ _TEMPORARY = re.compile(r"^\.(?:part-\d{5,}\.npz\.[a-z0-9_]{8}\.npz|manifest\.js
 
 def _is_progress_manifest(path: Path) -> bool:
     try:
-        data = read_json(path, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")
+        data = read_bounded_json(path, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")
     except ClZooError:
         return False
     return isinstance(data, dict) and PROGRESS_KEYS <= data.keys()

@@ -27,7 +27,7 @@ from cl_zoo.embedding.preprocess import (
     Preprocess,
 )
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_path, atomic_write_text, read_json
+from cl_zoo.fileio import atomic_path, atomic_write_text, read_bounded_json
 from cl_zoo.torchrun import torchrun_env
 
 
@@ -128,7 +128,7 @@ def saved_progress(folder: str | os.PathLike[str]) -> SavedProgress | None:
     if not parts:
         return None
     try:
-        total = int(read_json(folder / PROGRESS_MANIFEST, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")["count"])
+        total = int(read_bounded_json(folder / PROGRESS_MANIFEST, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")["count"])
     except (ClZooError, ValueError, KeyError, TypeError):
         total = 0
     images = 0
@@ -156,7 +156,7 @@ def open_progress(folder: Path, manifest: dict[str, Any], resume: bool, force: b
         existing = folder / PROGRESS_MANIFEST
         if resume and existing.is_file():
             try:
-                old = read_json(existing, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")
+                old = read_bounded_json(existing, max_bytes=MAX_PROGRESS_MANIFEST_BYTES, what="progress manifest")
             except ClZooError:
                 old = None
             if old != manifest:

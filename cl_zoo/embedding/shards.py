@@ -38,7 +38,7 @@ from cl_zoo.arrays import file_digest, read_npy_header
 from cl_zoo.embedding.checks import NonFiniteFeatureError, display_path
 from cl_zoo.embedding.progress import Chunk
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_path, atomic_write_text, read_head, read_json
+from cl_zoo.fileio import atomic_path, atomic_write_text, read_head, read_bounded_json
 from cl_zoo.optional import require
 
 SHARD_FORMAT = "cl-zoo-embedding-shards"
@@ -90,7 +90,7 @@ def named_like_ours(folder: Path) -> list[Path]:
 
 def _is_our_manifest(path: Path) -> bool:
     try:
-        manifest = read_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
+        manifest = read_bounded_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
     except ClZooError:
         return False
     return isinstance(manifest, dict) and manifest.get("format") == SHARD_FORMAT
@@ -344,7 +344,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST_NAME
     if not path.exists():
         raise DataError(f"{folder} has no {MANIFEST_NAME}; it is not a finished cl-zoo embed output")
-    manifest = read_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
+    manifest = read_bounded_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != SHARD_FORMAT:
         raise DataError(f"{path} is not a cl-zoo shard manifest")
     if manifest.get("version") != SHARD_FORMAT_VERSION:

@@ -23,7 +23,7 @@ from cl_zoo.checkpoint import card as cards
 from cl_zoo.data.named import NAMED_DATASETS
 from cl_zoo.errors import CheckpointError, DataError
 from cl_zoo.eval.features import weights_sha256
-from cl_zoo.fileio import atomic_write_json, atomic_write_text, read_json
+from cl_zoo.fileio import atomic_write_json, atomic_write_text, read_bounded_json
 from cl_zoo.optional import is_installed
 
 REPORT_FORMAT_VERSION = 1
@@ -135,7 +135,7 @@ def read_report(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     if not path.exists():
         raise DataError(f"report not found: {path}")
-    report = read_json(path, max_bytes=MAX_REPORT_BYTES, what="cl-zoo evaluation report")
+    report = read_bounded_json(path, max_bytes=MAX_REPORT_BYTES, what="cl-zoo evaluation report")
     if not isinstance(report, dict) or report.get("format") != "cl-zoo-eval":
         raise DataError(f"{path} is not a cl-zoo evaluation report (no \"format\": \"cl-zoo-eval\")")
     if not isinstance(report.get("metrics"), dict) or not report["metrics"]:

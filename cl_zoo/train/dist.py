@@ -7,7 +7,6 @@ their embeddings there without importing the trainer's package (no ``methods -> 
 from __future__ import annotations
 
 from cl_zoo.distributed import (
-    _GatherWithGrad,
     barrier,
     gather,
     get_rank,
