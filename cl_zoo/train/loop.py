@@ -44,7 +44,8 @@ from cl_zoo.checkpoint import save_pretrained
 from cl_zoo.data.folder import content_fingerprint, open_image_folder
 from cl_zoo.data.memory import decode_to_tensor
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
-from cl_zoo.eval.knn import knn_classify
+from cl_zoo.eval.knn import knn_classify, validate_split_labels
+from cl_zoo.eval.knn_device import knn_top1_on_device
 from cl_zoo.fileio import atomic_write_bytes, atomic_write_text
 from cl_zoo.methods import build_method_from_recipe
 from cl_zoo.optional import is_installed, missing_message
@@ -141,6 +142,13 @@ def _memory_budget(device: torch.device) -> int:
     except (ValueError, OSError, AttributeError):
         available = 8 << 30
     return available // 2
+
+
+def monitor_search_for(device: torch.device) -> str:
+    """Where the kNN monitor searches: on a GPU in torch, where the features are made (no copy to the
+    host, no GPU idle while a CPU search runs); on a CPU with faiss, which measured faster there
+    (:mod:`cl_zoo.eval.knn_device`, ``benchmarks/knn_monitor.py``)."""
+    return "device" if device.type == "cuda" else "faiss"
 
 
 class Trainer:
@@ -343,6 +351,7 @@ class Trainer:
         amp = precision != "fp32"
         self.autocast_dtype = torch.bfloat16 if precision == "bf16" else torch.float16
         self.amp = amp
+        self.monitor_search = monitor_search_for(env.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=amp and precision == "fp16" and env.device.type == "cuda")
 
     def _load_images(self, data, index: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:  # noqa: ANN001
@@ -395,7 +404,8 @@ class Trainer:
         self.monitor = (b_img, b_lab, q_img, q_lab)
 
     @torch.no_grad()
-    def _features(self, images: torch.Tensor, batch: int = 512) -> np.ndarray:
+    def _features(self, images: torch.Tensor, batch: int = 512, keep_on_device: bool = False) -> torch.Tensor:
+        """Float32 features of ``images``; on the host unless ``keep_on_device`` (no sync per batch)."""
         backbone = self.method.backbone
         dev = self.env.device
         out = []
@@ -404,8 +414,9 @@ class Trainer:
             if self.channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(dev.type, dtype=self.autocast_dtype, enabled=self.amp):
-                out.append(backbone.forward_features(x).float().cpu())
-        return torch.cat(out).numpy()
+                feats = backbone.forward_features(x).float()
+            out.append(feats if keep_on_device else feats.cpu())
+        return torch.cat(out)
 
     def run_monitor(self) -> dict[str, float]:
         """Weighted kNN top-1 of the current backbone on the held-out split (main rank only)."""
@@ -414,21 +425,25 @@ class Trainer:
 
         b_img, b_lab, q_img, q_lab = self.monitor
         ks = sorted({min(k, len(b_lab)) for k in KNN_KS})
-        was_training = self.method.training
-        self.method.eval()
-        try:
-            bank = self._features(b_img)
-            queries = self._features(q_img)
-        finally:
-            self.method.train(was_training)
         num_classes = int(max(b_lab.max().item(), q_lab.max().item())) + 1
-        try:
-            result = knn_classify(bank, b_lab.numpy(), queries, q_lab.numpy(), ks=ks, temperature=KNN_TEMPERATURE,
-                                  num_classes=num_classes, use_gpu=False)
+        try:  # before any feature is computed: a label set no kNN can score ends the monitor
+            validate_split_labels(b_lab.numpy(), q_lab.numpy(), num_classes)
         except DataError as exc:  # e.g. a single-class toy folder: monitor is informative only
             print(f"kNN monitor skipped: {exc}")
             self.monitor = None
             return {}
+        on_device = self.monitor_search == "device"
+        was_training = self.method.training
+        self.method.eval()
+        try:
+            bank = self._features(b_img, keep_on_device=on_device)
+            queries = self._features(q_img, keep_on_device=on_device)
+        finally:
+            self.method.train(was_training)
+        if on_device:
+            return knn_top1_on_device(bank, b_lab, queries, q_lab, ks, KNN_TEMPERATURE, num_classes)
+        result = knn_classify(bank.numpy(), b_lab.numpy(), queries.numpy(), q_lab.numpy(), ks=ks,
+                              temperature=KNN_TEMPERATURE, num_classes=num_classes, use_gpu=False)
         return {k: v for k, v in result["metrics"].items() if k.endswith("_top1")}
 
     # ------------------------------------------------------------------ checkpoints

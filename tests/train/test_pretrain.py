@@ -118,6 +118,28 @@ def test_bad_input_is_one_line_before_training(tmp_path, folder, capsys):
     assert code == 2 and "cannot decode image" in err and "\n" not in err
 
 
+# ---------------------------------------------------------------------- the kNN monitor's two searches
+def test_monitor_searches_on_the_device_with_the_faiss_answer(tmp_path, folder, monkeypatch):
+    """Issue 39: on a GPU the monitor keeps the features on the device and searches there in torch
+    (no GPU idle while faiss runs on the CPU). Forced on the CPU, the same seeded run must log the
+    numbers faiss gives."""
+    from cl_zoo.train import loop
+
+    assert loop.monitor_search_for(torch.device("cpu")) == "faiss"  # measured faster there
+    assert loop.monitor_search_for(torch.device("cuda", 0)) == "device"
+    recipe = _tiny_recipe("dcl").with_overrides({"knn_every": 1, "epochs": 2})
+    seen = {}
+    for search in ("faiss", "device"):
+        monkeypatch.setattr(loop, "monitor_search_for", lambda device, __search=search: __search)
+        trainer = loop.Trainer(recipe, folder, tmp_path / search, val=folder, progress=False, export=False)
+        history = trainer.fit().history
+        assert trainer.monitor_search == search
+        seen[search] = [row["knn"] for row in history]
+    assert [set(knn) for knn in seen["faiss"]] == [{"knn_k20_top1", "knn_k48_top1"}] * 2  # k=200 clipped to 48 images
+    assert seen["device"] == seen["faiss"]
+    assert 0.5 < seen["faiss"][-1]["knn_k20_top1"] <= 1.0
+
+
 # ---------------------------------------------------------------------- a full tiny run
 def test_pretrain_end_to_end_exports_model(tmp_path, folder, capsys):
     import cl_zoo
