@@ -30,6 +30,8 @@ Sides and factors (``--side`` / ``--factor``):
   ``per_view``        each view through backbone and head on its own (BatchNorm statistics per view, as
                       lightly) instead of both views in one concatenated batch
   ``loss_lightly``    lightly's ``DCLLoss`` instead of cl-zoo's ``dcl``
+  ``bf16``            bf16 autocast, the precision the recipe's ``auto`` resolves to on a GPU (and on AMX
+                      CPUs), instead of the A/B's fp32: lightly's benchmark trains in fp32
   ==================  ==================================================================================
 
 Each run appends one JSON line to ``--results`` (side, factor, seed, sizes, kNN top-1 and loss per
@@ -75,7 +77,7 @@ KNN_K = 200  # lightly cifar10_benchmark.py (v1.5.26) L105: "knn_k = 200"
 KNN_T = 0.1  # lightly cifar10_benchmark.py (v1.5.26) L106: "knn_t = 0.1"
 IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))  # lightly.transforms.utils.IMAGENET_NORMALIZE
 OURS_FACTORS = ("baseline", "old_lr", "warmup", "old_recipe", "wd_groups", "aug_lightly", "backbone_lightly",
-                "head_lightly", "per_view", "loss_lightly")
+                "head_lightly", "per_view", "loss_lightly", "bf16")
 LIGHTLY_FACTORS = ("reference",)
 
 
@@ -277,6 +279,8 @@ def ours_recipe(args: argparse.Namespace) -> Any:
         overrides["method_args.head_hidden_dim"] = feature_width(args.width)
     if args.factor == "wd_groups":
         overrides["method_args.no_decay_norm_bias"] = True
+    if args.factor == "bf16":
+        overrides["precision"] = "bf16"  # what the first GPU run (77.3%) trained in: "precision: auto" -> bf16 on CUDA
     return base.with_overrides(overrides, source="lightly_ab")
 
 

@@ -73,6 +73,9 @@ def test_factors_change_one_recipe_value_each() -> None:
     old = recipe("old_recipe")
     assert (old.effective_lr, old.schedule.warmup_epochs) == (pytest.approx(0.12), 1.0)
     assert recipe("wd_groups").method_args["no_decay_norm_bias"] is True
+    bf16 = recipe("bf16")
+    assert bf16.precision == "bf16"
+    assert bf16.to_dict() == {**base.to_dict(), "precision": "bf16"}  # the one change
     with pytest.raises(ab.ABError, match="not one of"):
         ab.parse_args(["--side", "lightly", "--factor", "warmup"])
 
