@@ -76,6 +76,17 @@ def test_factors_change_one_recipe_value_each() -> None:
     bf16 = recipe("bf16")
     assert bf16.precision == "bf16"
     assert bf16.to_dict() == {**base.to_dict(), "precision": "bf16"}  # the one change
+    assert recipe("bf16_fp32_head").to_dict() == bf16.to_dict()  # its other change is the head's module
+
+
+def test_fp32_head_runs_outside_autocast() -> None:
+    linear = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert linear(x).dtype == torch.bfloat16
+        out = ab.FP32Head(linear)(x.bfloat16())
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, linear(x.bfloat16().float()))
     with pytest.raises(ab.ABError, match="not one of"):
         ab.parse_args(["--side", "lightly", "--factor", "warmup"])
 
