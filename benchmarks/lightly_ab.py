@@ -32,9 +32,10 @@ Sides and factors (``--side`` / ``--factor``):
   ``loss_lightly``    lightly's ``DCLLoss`` instead of cl-zoo's ``dcl``
   ``bf16``            bf16 autocast, the precision the recipe's ``auto`` resolves to on a GPU (and on AMX
                       CPUs), instead of the A/B's fp32: lightly's benchmark trains in fp32 (its
-                      ``pl.Trainer(...)`` at L969-978 sets no ``precision``: Lightning's 32-bit default)
-  ``bf16_fp32_head``  bf16 autocast for the backbone only: the projection head (and so the loss's
-                      input) runs in fp32, to tell which part of the model bf16 costs
+                      ``pl.Trainer(...)`` at L969-978 sets no ``precision``: Lightning's 32-bit default).
+                      The backbone runs in bf16 and the projection head in fp32, as cl-zoo trains
+  ``bf16_head_autocast`` bf16 with the projection head under autocast too, as cl-zoo trained before
+                      issue 39's A/B found that this rounding of the loss's input costs kNN points
   ==================  ==================================================================================
 
 Each run appends one JSON line to ``--results`` (side, factor, seed, sizes, kNN top-1 and loss per
@@ -80,7 +81,7 @@ KNN_K = 200  # lightly cifar10_benchmark.py (v1.5.26) L105: "knn_k = 200"
 KNN_T = 0.1  # lightly cifar10_benchmark.py (v1.5.26) L106: "knn_t = 0.1"
 IMAGENET_NORMALIZE = ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))  # lightly.transforms.utils.IMAGENET_NORMALIZE
 OURS_FACTORS = ("baseline", "old_lr", "warmup", "old_recipe", "wd_groups", "aug_lightly", "backbone_lightly",
-                "head_lightly", "per_view", "loss_lightly", "bf16", "bf16_fp32_head")
+                "head_lightly", "per_view", "loss_lightly", "bf16", "bf16_head_autocast")
 LIGHTLY_FACTORS = ("reference",)
 
 
@@ -282,7 +283,7 @@ def ours_recipe(args: argparse.Namespace) -> Any:
         overrides["method_args.head_hidden_dim"] = feature_width(args.width)
     if args.factor == "wd_groups":
         overrides["method_args.no_decay_norm_bias"] = True
-    if args.factor in ("bf16", "bf16_fp32_head"):
+    if args.factor in ("bf16", "bf16_head_autocast"):
         overrides["precision"] = "bf16"  # what the first GPU run (77.3%) trained in: "precision: auto" -> bf16 on CUDA
     return base.with_overrides(overrides, source="lightly_ab")
 
@@ -298,16 +299,16 @@ def _per_view_step(self: Any, views: list[torch.Tensor], index: torch.Tensor, ep
     return loss, self.logs(loss=loss, pos_sim=pos)
 
 
-class FP32Head(nn.Module):
-    """A projection head that runs outside autocast, in fp32, whatever precision the step runs in."""
+class AutocastHead(nn.Module):
+    """cl-zoo's projection head with its layers under the step's autocast (bf16 output), as before
+    ``ProjectionHead.forward`` left autocast."""
 
     def __init__(self, head: nn.Module) -> None:
         super().__init__()
         self.head = head
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(x.device.type, enabled=False):
-            return self.head(x.float())
+        return self.head.net(x)
 
 
 class LightlyTransformBatches:
@@ -349,8 +350,8 @@ def run_ours(args: argparse.Namespace, data: Path, bank: tuple, queries: tuple, 
 
                 f = feature_width(args.width)
                 method.head = heads.SimCLRProjectionHead(f, f, 128)
-            if factor == "bf16_fp32_head":
-                method.head = FP32Head(method.head)
+            if factor == "bf16_head_autocast":
+                method.head = AutocastHead(method.head)
             if factor == "per_view":
                 method.training_step = types.MethodType(_per_view_step, method)
             if factor == "loss_lightly":

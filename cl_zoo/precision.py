@@ -27,11 +27,15 @@ for the bundled default), so a user asks for it; it runs on OpenVINO after NNCF 
 a fidelity gate (:mod:`cl_zoo.backends.int8`).
 
 Whatever runs inside, features and losses come back float32 (autocast only touches the matmuls and
-convolutions; losses upcast, see :mod:`cl_zoo.losses._common`).
+convolutions; losses upcast, see :mod:`cl_zoo.losses._common`). In training, the projection head
+also runs outside autocast (:class:`cl_zoo.methods.heads.ProjectionHead`): its output is what the
+loss compares, and rounding it to bf16 before the loss upcasts cost DCL 0.9 kNN points in issue 39's
+CPU A/B, which an fp32 head recovered.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import platform
 from dataclasses import dataclass
@@ -168,11 +172,21 @@ def autocast(device: torch.device | str, precision: str):  # noqa: ANN201 - a co
     return torch.autocast(kind, dtype=AUTOCAST_DTYPES[precision])
 
 
+def autocast_off(reference: torch.Tensor) -> contextlib.AbstractContextManager[None]:
+    """A context where autocast is off on ``reference``'s device, for math that must stay float32
+    under a bf16/fp16 step; a no-op where autocast is not on (or does not exist, as on ``meta``)."""
+    device = reference.device.type
+    if torch.amp.is_autocast_available(device) and torch.is_autocast_enabled(device):
+        return torch.autocast(device, enabled=False)
+    return contextlib.nullcontext()
+
+
 __all__ = [
     "PRECISIONS",
     "TRAINING_PRECISIONS",
     "CpuCapability",
     "autocast",
+    "autocast_off",
     "check_precision",
     "cpu_capability",
     "resolve_precision",

@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from cl_zoo.precision import autocast_off
+
 
 def upcast(t: Tensor) -> Tensor:
     """``t`` in float32, or float64 when it already is float64."""
@@ -26,11 +28,7 @@ def upcast(t: Tensor) -> Tensor:
 @contextlib.contextmanager
 def full_precision(reference: Tensor) -> Iterator[None]:
     """Disable autocast on ``reference``'s device for the body (the loss math is done in fp32+)."""
-    device_type = reference.device.type
-    if device_type not in ("cuda", "cpu", "xpu", "mps", "hpu", "xla"):
-        yield
-        return
-    with torch.autocast(device_type=device_type, enabled=False):
+    with autocast_off(reference):
         yield
 
 

@@ -18,7 +18,9 @@ import torch.nn as nn
 from cl_zoo.models.alexnet import SmallAlexNet
 from cl_zoo.models.resnet import ResNet
 from cl_zoo.ops.color import normalize_lab, rgb_to_lab
+from cl_zoo.precision import autocast_off
 from cl_zoo.registry import register_model
+
 
 def normalized_lab(rgb: torch.Tensor) -> torch.Tensor:
     """RGB [0, 1] -> Lab ``[B, 3, H, W]`` scaled to about [-1, 1] (float32 inputs; autocast still applies)."""
@@ -33,11 +35,8 @@ def float32_lab(rgb: torch.Tensor) -> torch.Tensor:
     (of +-128), so autocast is turned off for the conversion, where it is on (a meta-device forward
     has no autocast to turn off).
     """
-    device = rgb.device.type
-    if device in ("cpu", "cuda", "xpu", "mps") and torch.is_autocast_enabled(device):
-        with torch.autocast(device, enabled=False):
-            return normalized_lab(rgb)
-    return normalized_lab(rgb)
+    with autocast_off(rgb):
+        return normalized_lab(rgb)
 
 
 class LabSplit(nn.Module):

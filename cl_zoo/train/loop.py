@@ -346,8 +346,9 @@ class Trainer:
                 find_unused_parameters=method.ddp_find_unused_parameters,
             )
         self.optimizer = build_optimizer(r, method.parameter_groups(r.optim.weight_decay))
-        # Autocast runs convolutions/matmuls in bf16 (fp16) while parameters, optimizer state, BatchNorm
-        # statistics and the losses (cl_zoo.losses upcast) stay float32.
+        # Autocast runs the backbone's convolutions/matmuls in bf16 (fp16) while parameters, optimizer
+        # state, BatchNorm statistics, the projection head (methods.heads, outside autocast) and the
+        # losses (cl_zoo.losses upcast) stay float32.
         amp = precision != "fp32"
         self.autocast_dtype = torch.bfloat16 if precision == "bf16" else torch.float16
         self.amp = amp

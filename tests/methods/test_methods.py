@@ -258,6 +258,34 @@ def test_projection_head_bn_layout() -> None:
     assert ProjectionHead(8, None, 4, num_layers=1)(torch.randn(2, 8)).shape == (2, 4)
 
 
+def test_projection_head_runs_in_fp32_inside_autocast() -> None:
+    """Issue 39: the head's output is what the loss compares; rounded to bf16 it cost DCL 0.9 kNN points."""
+    torch.manual_seed(0)
+    head = ProjectionHead(8, 16, 4, batch_norm=True)
+    x = torch.randn(6, 8).bfloat16().requires_grad_()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert head.net[0](x).dtype == torch.bfloat16  # what autocast alone would do
+        out = head(x)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, head(x.detach().float()))  # the same float32 math as outside autocast
+    out.sum().backward()
+    assert x.grad is not None and x.grad.dtype == torch.bfloat16  # the gradient goes back to the bf16 backbone
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_every_method_feeds_its_loss_float32_heads_under_bf16(case: str) -> None:
+    method = make(case)
+    views, index = make_views(method)
+    dtypes: list[torch.dtype] = []
+    for module in method.modules():
+        if isinstance(module, ProjectionHead):
+            module.register_forward_hook(lambda _m, _i, out: dtypes.append(out.dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss, _ = method(views, index, 0.5)
+    assert dtypes and set(dtypes) == {torch.float32}
+    assert torch.isfinite(loss)
+
+
 def test_gather_single_process_identity_and_gradient() -> None:
     assert not dist.is_distributed() and dist.get_rank() == 0 and dist.get_world_size() == 1 and dist.is_main()
     x = torch.randn(4, 3, requires_grad=True)

@@ -76,17 +76,19 @@ def test_factors_change_one_recipe_value_each() -> None:
     bf16 = recipe("bf16")
     assert bf16.precision == "bf16"
     assert bf16.to_dict() == {**base.to_dict(), "precision": "bf16"}  # the one change
-    assert recipe("bf16_fp32_head").to_dict() == bf16.to_dict()  # its other change is the head's module
+    assert recipe("bf16_head_autocast").to_dict() == bf16.to_dict()  # its other change is the head's module
 
 
-def test_fp32_head_runs_outside_autocast() -> None:
-    linear = torch.nn.Linear(8, 4)
-    x = torch.randn(3, 8)
+def test_autocast_head_puts_the_head_back_under_autocast() -> None:
+    from cl_zoo.methods.heads import ProjectionHead
+
+    head = ProjectionHead(8, 16, 4, batch_norm=True)
+    x = torch.randn(6, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert linear(x).dtype == torch.bfloat16
-        out = ab.FP32Head(linear)(x.bfloat16())
-    assert out.dtype == torch.float32
-    torch.testing.assert_close(out, linear(x.bfloat16().float()))
+        assert head(x).dtype == torch.float32  # cl-zoo's head leaves autocast
+        out = ab.AutocastHead(head)(x)
+    assert out.dtype == torch.bfloat16
+    assert dict(ab.AutocastHead(head).named_parameters()).keys() == {f"head.{k}" for k, _ in head.named_parameters()}
     with pytest.raises(ab.ABError, match="not one of"):
         ab.parse_args(["--side", "lightly", "--factor", "warmup"])
 
