@@ -520,7 +520,21 @@ TRAINING_NOTES = {
 }
 
 
-def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
+# A run whose config.json lacks training_head_precision trained before the projection head left
+# autocast (cl_zoo.methods.heads, 2026-12-02): under bf16/fp16 its head's output was rounded.
+HEAD_UNDER_AUTOCAST_NOTE = (
+    "It trained with the projection head under {precision} autocast too, so its loss compared {precision}-rounded "
+    "embeddings; cl-zoo runs the head in float32 since 2026-12-02 (cl_zoo.methods.heads: in issue 39's CIFAR-10 "
+    "A/B the rounding cost DCL 0.9 kNN points), so a rerun today is not the same computation."
+)
+
+
+def head_under_autocast(config: dict[str, Any]) -> bool:
+    """Whether this run's head ran in bf16/fp16: trained in reduced precision before the head left autocast."""
+    return config.get("training_precision") in ("bf16", "fp16") and not config.get("training_head_precision")
+
+
+def cpu_tier_note(method: str, tier: dict[str, Any], head_autocast: bool = False) -> str:
     minutes = tier["train_time_s"] / 60
     n_seeds = 1 + len(tier.get("other_seeds") or [])
     on_gpu = [str(o["seed"]) for o in tier.get("other_seeds") or [] if device_label(o)]
@@ -535,6 +549,7 @@ def cpu_tier_note(method: str, tier: dict[str, Any]) -> str:
         f"{tier['epochs']} epochs took {minutes:.1f} min of wall time, summed over the epochs, including any epoch slowed or paused by other work on the machine (median epoch {tier['epoch_time_median_s']:.0f} s: "
         f"{tier['images_per_s']:.0f} images/s, {tier['views_per_s']:.0f} views/s). {seeds} at 64 px on 10 classes is not the paper's setting: read the "
         "numbers as this budget's, not the method's ceiling." + (f" {TRAINING_NOTES[method]}" if method in TRAINING_NOTES else "")
+        + (" " + HEAD_UNDER_AUTOCAST_NOTE.format(precision=tier["training_precision"]) if head_autocast else "")
     )
 
 
@@ -628,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
     paper = PAPERS.get(args.method, ("", ""))[0]
     zoo_cfg = dict(config[ZOO_CFG_KEY])
     zoo_cfg.update(hf_hub_id=zoo_repo_id(name), bundled=name, paper=paper or None, dataset="imagenette",
-                   notes=cpu_tier_note(args.method, tier))
+                   notes=cpu_tier_note(args.method, tier, head_under_autocast(config)))
     config["pretrained_cfg"]["license"] = "apache-2.0"
     config.update({"model_name": name, ZOO_CFG_KEY: zoo_cfg, "cpu_tier": tier})
     dest = args.out / name

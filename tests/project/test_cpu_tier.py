@@ -374,3 +374,16 @@ def test_cmc_pair_is_refused_in_one_line(name: str, tmp_path: Path) -> None:
                               capture_output=True, text=True, cwd=REPO)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "L/ab pair" in proc.stderr
         assert not out.exists()
+
+
+def test_cards_say_when_the_head_trained_under_autocast() -> None:
+    """Runs exported before the projection head left autocast lack training_head_precision; their
+    bf16/fp16 cards say the head's output was rounded, and a rerun today's cannot be."""
+    assert bundle_cpu_tier.head_under_autocast({"training_precision": "bf16"})
+    assert bundle_cpu_tier.head_under_autocast({"training_precision": "fp16"})
+    assert not bundle_cpu_tier.head_under_autocast({"training_precision": "fp32"})
+    assert not bundle_cpu_tier.head_under_autocast({"training_precision": "bf16", "training_head_precision": "fp32"})
+    for name in TIER:
+        config = json.loads((folder_of(name) / "config.json").read_text())
+        said = "projection head under" in config[bundle_cpu_tier.ZOO_CFG_KEY]["notes"]
+        assert said == bundle_cpu_tier.head_under_autocast(config), name

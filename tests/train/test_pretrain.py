@@ -156,6 +156,7 @@ def test_pretrain_end_to_end_exports_model(tmp_path, folder, capsys):
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["method"] == "dcl" and config["cl_zoo_pretrained_cfg"]["epochs"] == 2
     assert config["recipe"]["method_args"] == {"head_hidden_dim": 32, "head_out_dim": 16}
+    assert config["training_head_precision"] == "fp32"  # bundle_cpu_tier.py's card note reads its absence
     knn = config["metrics"]["monitor_knn_k20_top1"]
     assert 0.5 < knn <= 1.0  # three colour classes: far above chance (1/3) even for raw pixels
     card = (out / "model" / "README.md").read_text()
