@@ -10,9 +10,6 @@ encoders.
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -25,11 +22,8 @@ def upcast(t: Tensor) -> Tensor:
     return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
-@contextlib.contextmanager
-def full_precision(reference: Tensor) -> Iterator[None]:
-    """Disable autocast on ``reference``'s device for the body (the loss math is done in fp32+)."""
-    with autocast_off(reference):
-        yield
+# Autocast off on the reference tensor's device for the body: the loss math is done in fp32+.
+full_precision = autocast_off
 
 
 def prepare(t: Tensor, normalize: bool) -> Tensor:
