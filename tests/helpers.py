@@ -222,3 +222,22 @@ def mutate(data: bytes, changes: list[tuple[str, float, object]]) -> bytes:
         elif kind == "delete":
             del out[pos : pos + int(value)]  # type: ignore[call-overload]
     return bytes(out)
+
+
+def openvino_graph_failing_at_run_time(height: int, width: int):  # an openvino.Model
+    """An OpenVINO graph of cl-zoo's runner's shape (uint8 ``[B, H, W, 3]`` in, ``[B, 3]`` first out)
+    whose every inference fails inside the CPU plugin.
+
+    Its second output reshapes the pixels to ``[-1, max pixel]``, a shape known only at run time, so
+    the graph compiles and then fails the plugin's reshape check on any batch whose element count
+    the largest pixel does not divide, such as ``[8, 32, 32, 3]`` of noise (max 255).
+    """
+    import openvino as ov
+    import openvino.opset13 as ops
+
+    pixels = ops.parameter([-1, height, width, 3], ov.Type.u8, name="pixels")
+    values = ops.convert(pixels, ov.Type.f32)
+    features = ops.reduce_mean(values, ops.constant(np.array([1, 2], np.int64)), keep_dims=False)
+    largest = ops.convert(ops.reduce_max(values, ops.constant(np.array([0, 1, 2, 3], np.int64)), keep_dims=False), ov.Type.i64)
+    pattern = ops.concat([ops.constant(np.array([-1], np.int64)), ops.unsqueeze(largest, ops.constant(np.array([0], np.int64)))], 0)
+    return ov.Model([features, ops.reshape(values, pattern, special_zero=False)], [pixels], "fails_at_run_time")

@@ -109,6 +109,25 @@ def test_a_forged_record_is_caught_by_the_probe(model, other, fresh):
     assert again.backend_reason == "compiled from the cache" and _min_cos(again.features, fresh) > 0.999999
 
 
+@pytest.mark.timeout(120)  # before the fix the probe waited forever
+def test_a_forged_graph_that_fails_at_run_time_is_converted_again(model, fresh):
+    """A consistent record over a graph whose inference fails: the probe sees the failure, not a hang.
+
+    OpenVINO does not call back for a failed request; before the runner asked its requests for
+    their errors, this probe (and so every ``embed``) waited forever on such an entry.
+    """
+    from cl_zoo.backends import openvino as ovb
+    from tests.helpers import openvino_graph_failing_at_run_time
+
+    folder, fp, pre = _entry(model)
+    ovb.save_graph_folder(openvino_graph_failing_at_run_time(*pre.crop_size), folder, {"source.json": "{}\n"},
+                          record={"weights": fp}, replace=True)
+    assert ovb.entry_problem(folder, {"weights": fp}) is None  # only running it can tell
+    auto = _embed(model, "auto")
+    assert auto.backend == "openvino" and auto.backend_reason == "converted now"
+    assert _min_cos(auto.features, fresh) > 0.999999
+
+
 DAMAGE = ["missing", "dev-zero", "fifo", "stray", "truncated", "key-is-a-link", "record-junk"]
 
 

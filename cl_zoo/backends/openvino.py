@@ -55,6 +55,7 @@ import json
 import os
 import shutil
 import threading
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -98,6 +99,25 @@ class ConversionError(ClZooError):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class InferenceError(ClZooError):
+    """OpenVINO failed to run a batch: the engine's own reason, in one line, and the way around it."""
+
+    def __init__(self, exc: BaseException) -> None:
+        # OpenVINO's text is a stack of "Exception from src/...:NNN:" lines above the plugin's reason.
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.strip().startswith("Exception from ")]
+        self.reason = (lines[-1] if lines else type(exc).__name__)[:300]
+        super().__init__(f"OpenVINO inference failed ({self.reason}); --backend torch runs without OpenVINO")
+
+
+# How often a wait for a batch asks its infer requests whether one failed (seconds). A failed
+# request never calls back (see OpenVINORunner.submit), so this is how a failure is seen at all; a
+# batch that completes wakes the waiter at once, whatever the interval.
+_FAILURE_POLL_S = 0.25
+# How long every request may sit idle while a batch still waits for a callback before that callback
+# counts as lost (seconds): far above the moment a finished request's callback waits for the GIL.
+_LOST_CALLBACK_S = 10.0
 
 
 class _PixelNormalize(nn.Module):
@@ -388,7 +408,10 @@ class OpenVINORunner:
             else:
                 reference = _UInt8Features(model, mean, std).eval()(torch.from_numpy(pixels))
         reference_np = reference.float().numpy()
-        got = self(pixels)
+        try:
+            got = self(pixels)
+        except InferenceError as exc:  # a planted or damaged graph that fails at run time
+            return f"inference failed ({exc.reason})", True
         if got.shape != reference_np.shape:
             return f"it gives {got.shape[1]} features, the model {reference_np.shape[1]}", True
         a = reference_np / np.maximum(np.linalg.norm(reference_np, axis=1, keepdims=True), 1e-12)
@@ -413,7 +436,7 @@ class OpenVINORunner:
             return quantized_graph(self.folder, calibration, threads=threads, transform=transform)
 
     @staticmethod
-    def _done(request: Any, userdata: tuple[np.ndarray, int, int, "_Countdown", np.ndarray]) -> None:
+    def _done(request: Any, userdata: tuple[np.ndarray, int, int, _Countdown, np.ndarray]) -> None:
         out, start, count, countdown, _ = userdata  # the input slice rides along so it outlives the request
         try:
             data = request.get_output_tensor(0).data
@@ -431,7 +454,9 @@ class OpenVINORunner:
         this one runs: decode and inference overlap instead of alternating. ``start_async`` blocks
         only while every request is busy, which is the back-pressure that keeps at most about one
         batch queued behind the running one. Inputs are shared, not copied (``share_inputs``); each
-        slice is kept alive in its request's userdata.
+        slice is kept alive in its request's userdata. A request that fails raises
+        :class:`InferenceError` from the returned call (:meth:`_wait`), or from a later ``submit``
+        that OpenVINO hands the failed request to.
         """
         x = np.ascontiguousarray(pixels.numpy() if isinstance(pixels, torch.Tensor) else pixels)
         if self.host_transform is not None:
@@ -445,15 +470,41 @@ class OpenVINORunner:
             part = x[s:e]
             if e - s < size:
                 part = np.concatenate([part, np.zeros((size - (e - s), *x.shape[1:]), dtype=x.dtype)])
-            self.queue.start_async({0: part}, (out, s, e - s, countdown, part), share_inputs=True)
+            try:
+                self.queue.start_async({0: part}, (out, s, e - s, countdown, part), share_inputs=True)
+            except RuntimeError as exc:  # the idle request it picked had failed: OpenVINO rethrows that here
+                raise InferenceError(exc) from None
 
         def result() -> np.ndarray:
-            countdown.wait()
+            self._wait(countdown)
             if countdown.error is not None:
                 raise countdown.error
             return out
 
         return result
+
+    def _wait(self, countdown: _Countdown) -> None:
+        """Until every request of a batch called back; :class:`InferenceError` if one of them failed.
+
+        OpenVINO's ``AsyncInferQueue`` calls the Python callback only for a request that succeeded:
+        a failed one rethrows its error inside the queue's own completion handler instead (seen with
+        openvino 2026.4 on a graph that fails at run time), so a plain wait on the callbacks would
+        wait forever. The failure stays on the request, where ``wait_for(0)`` raises it. A batch that
+        still has no answer after every request sat idle for :data:`_LOST_CALLBACK_S` (a lost
+        callback with no error left to ask for) is reported as well, rather than waited on forever.
+        """
+        idle_since: float | None = None
+        while not countdown.event.wait(_FAILURE_POLL_S):
+            busy = False
+            for request in self.queue:
+                try:
+                    busy |= not request.wait_for(0)
+                except RuntimeError as exc:
+                    raise InferenceError(exc) from None
+            now = time.monotonic()
+            idle_since = None if busy else (now if idle_since is None else idle_since)
+            if idle_since is not None and now - idle_since >= _LOST_CALLBACK_S and not countdown.event.is_set():
+                raise InferenceError(RuntimeError("every infer request is idle, but a batch never reported its features"))
 
     def __call__(self, pixels: torch.Tensor | np.ndarray) -> np.ndarray:
         """Features ``[B, D]`` float32 of a uint8 ``[B, H, W, 3]`` batch."""
@@ -476,15 +527,13 @@ class _Countdown:
             if self.left == 0:
                 self.event.set()
 
-    def wait(self) -> None:
-        self.event.wait()
-
 
 __all__ = [
     "RECORD_FORMAT",
     "RECORD_NAME",
     "ConversionError",
     "HostTransform",
+    "InferenceError",
     "OpenVINORunner",
     "conversion_key",
     "has_host_transform",

@@ -88,3 +88,68 @@ def test_blobs_of_the_dynamic_graph_are_removed_and_a_planted_link_is_not_follow
     assert not legacy.exists() and (folder / _blob_folder("bf16")).is_dir()
     assert (elsewhere / "keep.txt").read_text() == "mine"  # unlinked, not followed
 
+
+@pytest.mark.timeout(60)  # before the fix this waited forever
+def test_an_inference_that_fails_raises_instead_of_waiting_forever(model, tmp_path):
+    """OpenVINO never calls back for a failed request, so the runner asks the requests for their error.
+
+    Before the fix the batch's wait had no other way to end: it waited forever, in ``embed`` as in
+    the probe of a cached graph. Later batches, which OpenVINO hands the failed request, raise too.
+    """
+    import openvino as ov
+
+    from cl_zoo.backends.openvino import InferenceError
+    from tests.helpers import openvino_graph_failing_at_run_time
+
+    runner = _runner(model)
+    (tmp_path / "failing").mkdir()
+    ov.save_model(openvino_graph_failing_at_run_time(32, 32), str(tmp_path / "failing" / "model.xml"))
+    runner._compile(tmp_path / "failing", "fp32", 2)
+    for count in (9, 17, 1):  # several requests per batch, then the pool holding failed requests
+        with pytest.raises(InferenceError) as raised:
+            runner(_pixels(count))
+        message = str(raised.value)
+        assert "reshape" in message and "--backend torch" in message and "\n" not in message
+
+
+class _Request:
+    """An infer request as the wait sees it: busy until ``busy_until`` (monotonic seconds), then idle."""
+
+    def __init__(self, busy_until: float = 0.0) -> None:
+        self.busy_until = busy_until
+
+    def wait_for(self, timeout_ms: int) -> bool:
+        import time
+
+        return time.monotonic() >= self.busy_until
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_whose_callback_never_comes_is_reported_once_every_request_idles(monkeypatch):
+    import time
+
+    from cl_zoo.backends import openvino as ovb
+
+    monkeypatch.setattr(ovb, "_LOST_CALLBACK_S", 0.6)
+    runner = object.__new__(ovb.OpenVINORunner)
+    runner.queue = [_Request(), _Request(busy_until=time.monotonic() + 1.0)]
+    start = time.monotonic()
+    with pytest.raises(ovb.InferenceError, match="never reported its features"):
+        runner._wait(ovb._Countdown(1))
+    assert time.monotonic() - start >= 1.6  # the busy request's second, then the idle grace
+
+
+@pytest.mark.timeout(30)
+def test_a_slow_batch_is_waited_for_while_its_requests_run(monkeypatch):
+    import threading
+    import time
+
+    from cl_zoo.backends import openvino as ovb
+
+    monkeypatch.setattr(ovb, "_LOST_CALLBACK_S", 0.3)
+    runner = object.__new__(ovb.OpenVINORunner)
+    runner.queue = [_Request(busy_until=time.monotonic() + 1.5)]
+    countdown = ovb._Countdown(1)
+    threading.Timer(1.2, countdown.hit).start()  # the callback, while the request still runs
+    runner._wait(countdown)
+    assert countdown.event.is_set()
