@@ -192,7 +192,10 @@ def test_box_deltas_stay_float32_under_bf16_autocast(head):
     2-4 px, collapsed small proposals and made the box loss NaN tens of iterations into BCCD runs."""
     from cl_zoo.detection.models import build_faster_rcnn
 
-    model = build_faster_rcnn(create_model("resnet18"), 3, head=head, min_size=128, max_size=160, rois_per_image=16).eval()
+    # 16 test proposals, not 1000: the C4 head runs res5 on each, and on a CPU without bf16 units
+    # (AVX2 only) emulated bf16 made 1000 of them take 111 s; the dtypes do not depend on the count.
+    model = build_faster_rcnn(create_model("resnet18"), 3, head=head, min_size=128, max_size=160, rois_per_image=16,
+                              proposals_test=16).eval()
     seen = {}
     for name, module in (("rpn", model.rpn.head), ("predictor", model.roi_heads.box_predictor)):
         module.register_forward_hook(lambda _m, _i, out, name=name: seen.setdefault(name, out))
