@@ -102,13 +102,17 @@ class ConversionError(ClZooError):
 
 
 class InferenceError(ClZooError):
-    """OpenVINO failed to run a batch: the engine's own reason, in one line, and the way around it."""
+    """OpenVINO failed to run a batch; ``reason`` is one line, as :class:`ConversionError`'s."""
 
-    def __init__(self, exc: BaseException) -> None:
-        # OpenVINO's text is a stack of "Exception from src/...:NNN:" lines above the plugin's reason.
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.strip().startswith("Exception from ")]
-        self.reason = (lines[-1] if lines else type(exc).__name__)[:300]
-        super().__init__(f"OpenVINO inference failed ({self.reason}); --backend torch runs without OpenVINO")
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"OpenVINO inference failed ({reason}); --backend torch runs without OpenVINO")
+        self.reason = reason
+
+
+def _engine_reason(exc: BaseException) -> str:
+    """The plugin's own line of an OpenVINO error, below its stack of "Exception from src/...:NNN:" lines."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.strip().startswith("Exception from ")]
+    return (lines[-1] if lines else type(exc).__name__)[:300]
 
 
 # How often a wait for a batch asks its infer requests whether one failed (seconds). A failed
@@ -473,7 +477,7 @@ class OpenVINORunner:
             try:
                 self.queue.start_async({0: part}, (out, s, e - s, countdown, part), share_inputs=True)
             except RuntimeError as exc:  # the idle request it picked had failed: OpenVINO rethrows that here
-                raise InferenceError(exc) from None
+                raise InferenceError(_engine_reason(exc)) from None
 
         def result() -> np.ndarray:
             self._wait(countdown)
@@ -500,11 +504,11 @@ class OpenVINORunner:
                 try:
                     busy |= not request.wait_for(0)
                 except RuntimeError as exc:
-                    raise InferenceError(exc) from None
+                    raise InferenceError(_engine_reason(exc)) from None
             now = time.monotonic()
             idle_since = None if busy else (now if idle_since is None else idle_since)
             if idle_since is not None and now - idle_since >= _LOST_CALLBACK_S and not countdown.event.is_set():
-                raise InferenceError(RuntimeError("every infer request is idle, but a batch never reported its features"))
+                raise InferenceError("every infer request is idle, but a batch never reported its features")
 
     def __call__(self, pixels: torch.Tensor | np.ndarray) -> np.ndarray:
         """Features ``[B, D]`` float32 of a uint8 ``[B, H, W, 3]`` batch."""
