@@ -436,13 +436,17 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
             out = run_ours(args, data, bank, queries, train_paths, Path(run_dir) / "run")
     import lightly
 
+    from cl_zoo.precision import cpu_capability
+
     rows = out.pop("rows")
     record = {**run_key(args),
               "knn": {"k": min(KNN_K, len(train_labels)), "t": KNN_T, "train_images": len(train_labels), "test_images": len(test_labels)},
               "knn_top1": [r["knn_top1"] for r in rows], "loss": [r["loss"] for r in rows],
               "epoch_time_s": [r["epoch_time_s"] for r in rows], "wall_s": time.perf_counter() - start,
               **out, "threads": args.threads, "workers": args.workers, "torch": torch.__version__,
-              "lightly": lightly.__version__, "cpu": platform.processor() or platform.machine()}
+              "lightly": lightly.__version__, "cpu": platform.processor() or platform.machine(),
+              # fp32 kernels differ between AVX2, AVX512 and AMX hosts: a seed's numbers are only comparable on one kind
+              "host": cpu_capability().describe()}
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
     with results.open("a", encoding="utf-8") as fh:

@@ -116,6 +116,7 @@ def test_both_sides_train_and_the_table_compares_them(archive: Path, tmp_path: P
         assert len(r["knn_top1"]) == len(r["loss"]) == len(r["epoch_time_s"]) == 1 and 0 <= r["knn_top1"][0] <= 1
         assert r["knn"] == {"k": 16, "t": 0.1, "train_images": 16, "test_images": 6}  # k=200 capped by the bank
         assert r["steps_per_epoch"] == 2 and np.isfinite(r["loss"][0])
+        assert r["host"].endswith(")") and " usable cores, " in r["host"]  # which kernels made the numbers
     capsys.readouterr()
     assert ab.main(["--side", "lightly", *common, "--skip-done"]) == 0
     assert "done already" in capsys.readouterr().out
