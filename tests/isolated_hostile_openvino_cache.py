@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, tiny_model
 
 REPO = REPO_ROOT
 PHOTOS = sorted(str(p) for p in (REPO / "examples" / "photos").glob("*.jpg"))
@@ -31,9 +31,9 @@ def _own_cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def model():
-    from cl_zoo.embedding import load_embedding_model
-
-    return load_embedding_model(None)
+    """A quarter-width ResNet-18: the cache's checks do not depend on the model, and a conversion of
+    it takes a fraction of the default checkpoint's seconds (this file converts a dozen times)."""
+    return tiny_model(seed=0)
 
 
 @pytest.fixture(scope="module")
