@@ -76,12 +76,21 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
 
 def convert_split_batchnorm(module: nn.Module, num_splits: int) -> nn.Module:
     """``module`` with every ``BatchNorm2d`` replaced by a :class:`SplitBatchNorm2d` of ``num_splits``
-    holding the same parameters and buffers (in place for children; returns the new root if it was one)."""
+    (in place for children; returns the new root if it was one).
+
+    As ``nn.SyncBatchNorm.convert_sync_batchnorm`` does, the new layer takes the old one's Parameter and
+    buffer objects themselves, not copies: device, dtype, ``requires_grad`` and any optimizer or hook
+    holding them carry over by construction.
+    """
     if isinstance(module, nn.BatchNorm2d) and not isinstance(module, SplitBatchNorm2d):
         split = SplitBatchNorm2d(module.num_features, num_splits, eps=module.eps, momentum=module.momentum,
                                  affine=module.affine, track_running_stats=module.track_running_stats)
-        split.load_state_dict(module.state_dict())
-        split.to(device=next(iter(module.state_dict().values()), torch.empty(0)).device)
+        if module.affine:
+            split.weight = module.weight
+            split.bias = module.bias
+        split.running_mean = module.running_mean
+        split.running_var = module.running_var
+        split.num_batches_tracked = module.num_batches_tracked
         split.train(module.training)
         return split
     for name, child in module.named_children():

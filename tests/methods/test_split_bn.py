@@ -125,3 +125,25 @@ def test_mocov2_split_bn_shuffles_keys_and_puts_them_back() -> None:
         build_method("mocov2", "resnet18_cifar", queue_size=32, split_bn=4, sync_bn=True, **TINY)
     with pytest.raises(ClZooError, match="split_bn must be an integer >= 1"):
         build_method("mocov2", "resnet18_cifar", queue_size=32, split_bn=0, **TINY)
+
+
+def test_conversion_hands_over_the_same_parameters_and_buffers() -> None:
+    """As convert_sync_batchnorm: an optimizer built before the conversion still steps the live layer, and
+    dtype, device and a frozen parameter's requires_grad survive without being copied."""
+    model = nn.Sequential(nn.Conv2d(3, 4, 1), nn.BatchNorm2d(4)).double()
+    model[1].bias.requires_grad_(False)
+    model.eval()
+    bn = model[1]
+    converted = convert_split_batchnorm(model, 2)
+    split = converted[1]
+    assert isinstance(split, SplitBatchNorm2d) and not split.training
+    assert split.weight is bn.weight and split.bias is bn.bias and not split.bias.requires_grad
+    assert split.running_mean is bn.running_mean and split.running_var is bn.running_var
+    assert split.num_batches_tracked is bn.num_batches_tracked and split.running_mean.dtype == torch.float64
+    untracked = convert_split_batchnorm(nn.BatchNorm2d(4, affine=False, track_running_stats=False), 2)
+    assert untracked.weight is None and untracked.running_mean is None
+    x = torch.randn(4, 4, 2, 2)
+    plain = nn.BatchNorm2d(4, affine=False, track_running_stats=False)
+    out = untracked.train()(x)
+    torch.testing.assert_close(out[0::2], plain(x[0::2]))
+    torch.testing.assert_close(out[1::2], plain(x[1::2]))
