@@ -31,8 +31,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from cl_zoo.data.augment import (PRESETS, AugmentConfig, AugmentParams, apply_params, normalize, preset,
-                                 sample_params, to_device)
+from cl_zoo.data.augment import (PRESETS, AugmentConfig, AugmentParams, apply_views, normalize, preset, sample_params,
+                                 to_device)
 from cl_zoo.data.memory import decode_square
 from cl_zoo.data.workers import usable_cpus
 from cl_zoo.errors import ClZooError
@@ -86,9 +86,10 @@ class EpochPlan:
 class ViewMaker:
     """Draws global-batch augmentation parameters and applies this rank's rows on the device."""
 
-    def __init__(self, configs: Sequence[AugmentConfig], plan: EpochPlan) -> None:
+    def __init__(self, configs: Sequence[AugmentConfig], plan: EpochPlan, batch_views: bool | None = None) -> None:
         self.configs = list(configs)
         self.plan = plan
+        self.batch_views = batch_views  # None: apply_views' choice for the device (one call per recipe on a GPU)
         self.generator = torch.Generator().manual_seed(epoch_seed(plan.seed, plan.epoch, "augment"))
 
     def skip(self, images_hw: tuple[int, int]) -> None:
@@ -98,21 +99,21 @@ class ViewMaker:
 
     def __call__(self, images: torch.Tensor) -> list[torch.Tensor]:
         start = self.plan.rank * self.plan.local_batch
-        views = []
-        for cfg in self.configs:
-            params = sample_params(cfg, self.plan.global_batch, images.shape[-2], images.shape[-1], self.generator)
-            views.append(apply_params(images, cfg, slice_params(params, start, start + images.shape[0])))
-        return views
+        params = [slice_params(sample_params(cfg, self.plan.global_batch, images.shape[-2], images.shape[-1],
+                                             self.generator), start, start + images.shape[0])
+                  for cfg in self.configs]
+        return apply_views(images, self.configs, params, batch_views=self.batch_views)
 
 
 class InMemoryBatches:
     """Batches from a uint8 tensor that already lives on the training device."""
 
     def __init__(self, images: torch.Tensor, configs: Sequence[AugmentConfig], global_batch: int,
-                 rank: int, world_size: int, seed: int) -> None:
+                 rank: int, world_size: int, seed: int, *, batch_views: bool | None = None) -> None:
         self.images = images
         self.configs = list(configs)
         self.global_batch, self.rank, self.world_size, self.seed = global_batch, rank, world_size, seed
+        self.batch_views = batch_views
 
     def __len__(self) -> int:
         return len(self.images) // self.global_batch
@@ -120,7 +121,7 @@ class InMemoryBatches:
     def epoch(self, epoch: int, start_step: int = 0) -> Iterator[tuple[torch.Tensor, list[torch.Tensor]]]:
         """Yield ``(global indices [b] on the device, views)`` for every step of ``epoch`` from ``start_step``."""
         plan = EpochPlan(len(self.images), self.global_batch, self.rank, self.world_size, self.seed, epoch)
-        maker = ViewMaker(self.configs, plan)
+        maker = ViewMaker(self.configs, plan, self.batch_views)
         for _ in range(start_step):
             maker.skip(tuple(self.images.shape[-2:]))
         for step in range(start_step, plan.steps):
