@@ -436,6 +436,7 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
             out = run_ours(args, data, bank, queries, train_paths, Path(run_dir) / "run")
     import lightly
 
+    import cl_zoo
     from cl_zoo.precision import cpu_capability
 
     rows = out.pop("rows")
@@ -446,7 +447,9 @@ def run_one(args: argparse.Namespace) -> dict[str, Any]:
               **out, "threads": args.threads, "workers": args.workers, "torch": torch.__version__,
               "lightly": lightly.__version__, "cpu": platform.processor() or platform.machine(),
               # fp32 kernels differ between AVX2, AVX512 and AMX hosts: a seed's numbers are only comparable on one kind
-              "host": cpu_capability().describe()}
+              "host": cpu_capability().describe(),
+              # an editable install imports its own checkout, not the tree this script sits in: say which code ran
+              "cl_zoo": str(Path(cl_zoo.__file__).resolve().parent)}
     results = Path(args.results)
     results.parent.mkdir(parents=True, exist_ok=True)
     with results.open("a", encoding="utf-8") as fh:

@@ -33,6 +33,9 @@ mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 PY=${PYTHON:-python}
 if [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ]; then PY=.venv/bin/python; fi
+# The runs import this tree's cl_zoo: an editable install (PYTHON=../main/.venv/bin/python from a worktree)
+# would otherwise import its own checkout, edits and all (each result line records which, as "cl_zoo").
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 SEEDS=${AB_SEEDS:-0 1 2}
 FACTORS=${AB_FACTORS:-"lightly:reference ours:baseline ours:old_recipe ours:per_view ours:aug_lightly ours:backbone_lightly ours:head_lightly ours:warmup ours:old_lr ours:wd_groups ours:loss_lightly"}
 SIZE=(--epochs "${AB_EPOCHS:-15}" --width "${AB_WIDTH:-0.25}" --batch-size "${AB_BATCH:-256}" --train-per-class "${AB_TRAIN_PER_CLASS:-500}"

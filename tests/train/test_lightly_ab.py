@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+import cl_zoo
 from tests.helpers import REPO_ROOT
 
 pytest.importorskip("lightly")
@@ -117,6 +118,7 @@ def test_both_sides_train_and_the_table_compares_them(archive: Path, tmp_path: P
         assert r["knn"] == {"k": 16, "t": 0.1, "train_images": 16, "test_images": 6}  # k=200 capped by the bank
         assert r["steps_per_epoch"] == 2 and np.isfinite(r["loss"][0])
         assert r["host"].endswith(")") and " usable cores, " in r["host"]  # which kernels made the numbers
+        assert Path(r["cl_zoo"]) == Path(cl_zoo.__file__).resolve().parent  # which code made them
     capsys.readouterr()
     assert ab.main(["--side", "lightly", *common, "--skip-done"]) == 0
     assert "done already" in capsys.readouterr().out
