@@ -45,6 +45,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import contextlib
 import os
 import stat
 import tempfile
@@ -304,6 +305,21 @@ def refuse_inputs_as_outputs(
         for out in outputs:
             if same_file(out, text):
                 raise error(f"{out} is also an input ({text}); writing it would replace that input: choose another output")
+
+
+def input_files(*given: str | os.PathLike[str] | None) -> list[str]:
+    """The files a command reads from what the user named: each path, and the entries of a named folder
+    (one level; what :func:`refuse_inputs_as_outputs` checks an output against). ``None`` and names that
+    do not exist (registry names, URLs, patterns) add nothing."""
+    files: list[str] = []
+    for path in given:
+        if path is None or not os.path.lexists(path):
+            continue
+        files.append(os.fspath(path))
+        if os.path.isdir(path):
+            with contextlib.suppress(OSError):
+                files += [entry.path for entry in os.scandir(path)]
+    return files
 
 
 def read_head(path: str | os.PathLike[str], size: int = 4096) -> bytes:

@@ -471,3 +471,25 @@ def test_a_second_how_to_load_as_a_setext_heading_is_refused_and_card_update_def
     assert titles.count("How to load") == 1 and "Notes" in titles
     assert "os.system" in card.read_text(encoding="utf-8")  # the user's section is kept, only defused
     assert contained_section("text\n---\n\n---\n```\na\n---\n```") == "text\n\\---\n\n---\n```\na\n---\n```"
+
+
+@pytest.mark.parametrize("out", ["emb.npy", "emb.paths.jsonl", "emb.meta.json", "query.jpg"])
+def test_search_refuses_to_save_its_index_over_an_input(embeddings: Path, capsys: pytest.CaptureFixture[str], out: str) -> None:
+    """``search --save-index emb.npy`` replaced the embeddings with a faiss index and exited 0."""
+    pytest.importorskip("faiss")
+    shutil.copy(DATA / GOOD[0], embeddings.parent / "query.jpg")
+    before = snapshot(embeddings.parent)
+    err = refused(capsys, "search", embeddings, "--query", embeddings.parent / "query.jpg", "--save-index",
+                  embeddings.parent / out, "-q")
+    assert "is also an input" in err
+    assert snapshot(embeddings.parent) == before
+
+
+@pytest.mark.parametrize("target, name", [("timm", "model.safetensors"), ("torchvision", "config.json"),
+                                          ("detectron2", "README.md")])
+def test_export_refuses_to_write_over_the_checkpoint_it_reads(checkpoint: Path, capsys: pytest.CaptureFixture[str],
+                                                               target: str, name: str) -> None:
+    """``export timm ck/ ck/model.safetensors`` overwrote the checkpoint and exited 0; the folder then failed its sha256."""
+    before = snapshot(checkpoint)
+    assert "is also an input" in refused(capsys, "export", target, checkpoint, checkpoint / name)
+    assert snapshot(checkpoint) == before

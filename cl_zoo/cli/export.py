@@ -7,7 +7,8 @@ import json
 
 import click
 
-from cl_zoo.fileio import check_output_path
+from cl_zoo.errors import ClZooError
+from cl_zoo.fileio import check_output_path, input_files, refuse_inputs_as_outputs
 
 _MODEL_HELP = (
     "MODEL is a zoo name, a checkpoint folder or file, an hf-hub: id, or a raw training checkpoint "
@@ -30,6 +31,8 @@ def _run(target: str, model: str, out: str, prefix: str | None, as_json: bool = 
     from cl_zoo.export import EXPORTERS  # torch, numpy
 
     check_output_path(out, option="OUT")  # before the checkpoint is read and converted
+    # `export timm ck/ ck/model.safetensors` used to replace the checkpoint it read, and exit 0
+    refuse_inputs_as_outputs([out], input_files(model), error=ClZooError)
     summary = EXPORTERS[target](model, out, prefix=prefix)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(summary), indent=1))

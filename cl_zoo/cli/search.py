@@ -10,6 +10,7 @@ deduplicated through its index.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -33,6 +34,16 @@ class SearchCommand(click.Command):
             if flag == "-q" and not following.startswith("-") and not has_query:
                 raise ClZooError(f"-q means --quiet in every cl-zoo command; give query images with --query (--query {following})")
         return super().parse_args(ctx, args)
+
+
+def _refuse_saving_over_inputs(save_index: str, embeddings: str, load_index: str | None, queries: tuple[str, ...]) -> None:
+    """One line when ``--save-index`` names a file the search reads: the embeddings, their sidecars, a
+    file of their folder, the index it loads or a query (it used to replace them and exit 0)."""
+    from cl_zoo.embedding.files import LEGACY_PATHS_SIDECAR, OWN_SIDECARS, sidecar
+    from cl_zoo.fileio import input_files, refuse_inputs_as_outputs
+
+    beside = [sidecar(Path(embeddings), s) for s in (*OWN_SIDECARS, LEGACY_PATHS_SIDECAR)]
+    refuse_inputs_as_outputs([save_index], input_files(embeddings, load_index, *beside, *queries))
 
 
 @click.command("search", cls=SearchCommand)
@@ -80,6 +91,7 @@ def search_command(
         from cl_zoo.fileio import check_output_path
 
         check_output_path(save_index, option="--save-index")
+        _refuse_saving_over_inputs(save_index, embeddings, load_index, queries)
     from cl_zoo.index import search as S
     from cl_zoo.data.images import discover_images
     from cl_zoo.embedding import extract_features, load_embedding_model, load_embeddings, resolve_model_reference
@@ -119,6 +131,9 @@ def search_command(
     if features is not None:
         index = S.build_index(features, kind, nlist=nlist, nprobe=nprobe)
     if save_index:
+        from cl_zoo.fileio import refuse_inputs_as_outputs
+
+        refuse_inputs_as_outputs([save_index], query_files)  # a query found inside a queried folder
         S.save_index(index, save_index)
     scores, ids = S.search(index, result.features, k)
     report = [
