@@ -484,6 +484,28 @@ def conversion_card_sections(report: ConversionReport, release: Any | None, orig
     return sections
 
 
+_ZOO_FILE = re.compile(r"(config\.json|README\.md|model\.safetensors|model\.safetensors\.index\.json"
+                       r"|model-\d{5}-of-\d{5}\.safetensors)")
+
+
+def check_replaceable_folder(out: str | os.PathLike[str]) -> Path:
+    """``out`` as a Path when an import may write there: absent, empty, or a zoo folder (only the files
+    :func:`cl_zoo.save_pretrained` writes), which the import replaces whole. Anything else there is the
+    user's (an import used to delete a folder's photos and notes with the folder, and exit 0)."""
+    out = Path(out)
+    if out.is_symlink():
+        raise CheckpointError(f"{out} is a symbolic link; give the folder itself, or a new one")
+    if out.exists() and not out.is_dir():
+        raise CheckpointError(f"{out} exists and is not a folder")
+    if out.is_dir():
+        foreign = sorted(e.name for e in os.scandir(out) if not (e.is_file(follow_symlinks=False) and _ZOO_FILE.fullmatch(e.name)))
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+            raise CheckpointError(f"{out} holds files that are not a zoo folder's ({shown}); an import replaces the "
+                                  "whole folder: choose a new or empty one")
+    return out
+
+
 def import_checkpoint(
     fmt: str,
     path: str | os.PathLike[str],
@@ -494,6 +516,7 @@ def import_checkpoint(
     release_name: str | None = None,
 ) -> tuple[Path, ConversionReport]:
     """Convert ``path`` and write a zoo folder at ``out`` (complete or not at all)."""
+    check_replaceable_folder(out)  # before the checkpoint is read
     model, report = convert_checkpoint(fmt, path, arch)
     candidates = [RELEASES[release_name]] if release_name else _releases_for(fmt, report.arch)
     _, md5 = file_digests(Path(path))
@@ -516,13 +539,14 @@ def import_checkpoint(
     else:
         model.pretrained_cfg.method = LAYOUTS[fmt].method
         model.model_name = f"{report.arch}.imported_{fmt}"
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise CheckpointError(f"{out} exists and is not a folder")
+    out = check_replaceable_folder(out)  # again: the conversion took a while
     # Stage next to the destination, then swap in: an interrupted import leaves no half folder.
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.importing-", dir=out.parent))
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would become the folder's mode
         save_pretrained(
             model,
             staging,

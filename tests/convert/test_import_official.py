@@ -14,7 +14,9 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import socket
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -352,3 +354,28 @@ def test_registered_source_with_wrong_checksum_is_rejected(tmp_path: Path, file_
     with pytest.raises(CheckpointError, match="checksum mismatch"):
         cl_zoo.create_model(name, pretrained=True)
     assert not (tmp_path / "cache" / "releases" / name).exists()
+
+
+def test_an_import_replaces_a_zoo_folder_but_never_a_folder_of_the_users(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``import --out`` onto a folder of photos and notes deleted them with the folder and exited 0; and every
+    folder it wrote was mode 0700 (mkdtemp's), unreadable to the group a shared zoo is for."""
+    path, _ = moco_file(tmp_path, mlp=False)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep\n")
+    (mine / "model.safetensors").write_bytes(b"not a zoo file, but named like one")
+    err = _fails(capsys, "moco", path, "--out", mine, "--arch", "resnet18")
+    assert "holds files that are not a zoo folder's (notes.txt)" in err
+    assert sorted(p.name for p in mine.iterdir()) == ["model.safetensors", "notes.txt"]
+    out = tmp_path / "zoo"
+    old = os.umask(0o022)
+    try:
+        for _ in range(2):  # the second import replaces the first one's folder
+            assert run_cli("import", "moco", path, "--out", out, "--arch", "resnet18") == 0
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o755
+    assert sorted(p.name for p in out.iterdir()) == ["README.md", "config.json", "model.safetensors"]
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    assert "is a symbolic link" in _fails(capsys, "moco", path, "--out", link, "--arch", "resnet18")
