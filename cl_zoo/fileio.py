@@ -42,16 +42,16 @@ or a folder where a file goes is one line in a second rather than a traceback af
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
-import contextlib
 import os
 import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.text import one_line
@@ -320,6 +320,25 @@ def input_files(*given: str | os.PathLike[str] | None) -> list[str]:
             with contextlib.suppress(OSError):
                 files += [entry.path for entry in os.scandir(path)]
     return files
+
+
+def open_regular_file(path: str | os.PathLike[str]) -> BinaryIO:
+    """``open(path, "rb")`` that refuses, at once, anything but a regular file (links followed).
+
+    A FIFO met inside an image folder or a path list blocked ``open`` until a writer came, which is
+    forever: ``embed``, ``knn`` and ``linear-eval`` hung without a word. Opening non-blocking and
+    checking the opened descriptor (not the name, which could be swapped in between) cannot block;
+    a device such as ``/dev/zero`` is refused too, before an endless read.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO, device or socket)", os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_head(path: str | os.PathLike[str], size: int = 4096) -> bytes:

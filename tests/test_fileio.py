@@ -154,3 +154,18 @@ def test_read_bounded_json_bad_json_is_one_line_of_the_callers_error(tmp_path: P
     with pytest.raises(error, match=r"config.json is not valid JSON \(.*line 4") as info:
         read_bounded_json(path, 1 << 10, "checkpoint config", error=error)
     assert "\n" not in str(info.value) and type(info.value) is error
+
+
+def test_open_regular_file_refuses_a_fifo_and_a_device_without_blocking(tmp_path: Path) -> None:
+    from cl_zoo.fileio import open_regular_file
+
+    plain = tmp_path / "photo.jpg"
+    plain.write_bytes(b"bytes")
+    with open_regular_file(plain) as fh:
+        assert fh.read() == b"bytes"  # blocking reads again once opened
+    os.mkfifo(tmp_path / "pipe.jpg")  # a plain open() would wait here for a writer, forever
+    for other in (tmp_path / "pipe.jpg", Path("/dev/zero")):
+        with pytest.raises(OSError, match="not a regular file"):
+            open_regular_file(other)
+    with pytest.raises(FileNotFoundError):
+        open_regular_file(tmp_path / "missing.jpg")

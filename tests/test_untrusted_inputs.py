@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import glob
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -409,3 +410,34 @@ def test_nan_model_embed_refuses_without_output(tmp_path: Path, capsys: pytest.C
     with pytest.raises(NonFiniteFeatureError):
         save_embeddings(tmp_path / "x.npy", np.full((1, 4), np.nan, np.float32), ["/a.jpg"], {})
     assert not (tmp_path / "x.npy").exists()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_a_fifo_in_an_image_folder_is_skipped_not_waited_on(model_dir: Path, tmp_path: Path, workers: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A FIFO named like a photo, inside a folder or a path list, blocked ``open`` (and the run) forever."""
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    shutil.copy(DATA / PHOTOS[0], folder / PHOTOS[0])
+    os.mkfifo(folder / "pipe.jpg")
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"{folder / PHOTOS[0]}\n{folder / 'pipe.jpg'}\n")
+    for source, out in ((folder, tmp_path / "a.npy"), (listing, tmp_path / "b.npy")):
+        assert main(["embed", str(source), "-m", str(model_dir), "-o", str(out), "-j", workers, "-q"]) == 0
+        assert load_embeddings(out)[1] == [str(folder / PHOTOS[0])]
+        assert "pipe.jpg,\"not a regular file (a FIFO, device or socket)\"" in out.with_suffix(".failures.csv").read_text()
+    capsys.readouterr()
+
+
+@pytest.mark.timeout(60)
+def test_knn_refuses_a_fifo_in_a_class_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for split in ("train", "test"):
+        for i, cls in enumerate(("a", "b")):
+            (tmp_path / split / cls).mkdir(parents=True)
+            shutil.copy(DATA / PHOTOS[i], tmp_path / split / cls / PHOTOS[i])
+    os.mkfifo(tmp_path / "train" / "b" / "pipe.jpg")
+    code = main(["knn", "--random-init", "-m", "resnet18_cifar", "--train", str(tmp_path / "train"),
+                 "--test", str(tmp_path / "test"), "--k", "1", "--out", str(tmp_path / "k.json")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: ") and "\n" not in err and "not a regular file" in err

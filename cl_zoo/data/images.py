@@ -366,7 +366,9 @@ def os_reason(exc: OSError) -> str:
 
 
 def _open_file(path: str):  # noqa: ANN202 - a binary file object
-    return open(path, "rb")
+    from cl_zoo.fileio import open_regular_file
+
+    return open_regular_file(path)  # a FIFO in a folder or list must not block the run
 
 
 def to_rgb(img: Image.Image) -> Image.Image:

@@ -21,7 +21,7 @@ from PIL import Image, UnidentifiedImageError
 from cl_zoo.data.archive import cache_root
 from cl_zoo.data.workers import default_workers
 from cl_zoo.errors import DataError
-from cl_zoo.fileio import atomic_save_npy
+from cl_zoo.fileio import atomic_save_npy, open_regular_file
 
 _CHUNK = 256  # images per thread task: large enough that scheduling overhead vanishes
 
@@ -29,7 +29,7 @@ _CHUNK = 256  # images per thread task: large enough that scheduling overhead va
 def decode_square(path: str, size: int) -> np.ndarray:
     """RGB ``[3, size, size]``: shorter side resized to ``size`` (bilinear, antialiased) then centre crop."""
     try:
-        with Image.open(path) as img:
+        with open_regular_file(path) as fh, Image.open(fh) as img:
             if img.size != (size, size):
                 # JPEG DCT scaling: decode at >= the target size instead of full resolution.
                 img.draft("RGB", (size, size))

@@ -31,7 +31,7 @@ from cl_zoo.data.archive import cache_root
 from cl_zoo.data.folder import file_list_hash, open_image_folder
 from cl_zoo.embedding import extract_features, resolve_engine
 from cl_zoo.errors import DataError
-from cl_zoo.fileio import atomic_save_npy, files_fingerprint
+from cl_zoo.fileio import atomic_save_npy, files_fingerprint, open_regular_file
 from cl_zoo.registry import PretrainedCfg
 
 FEATURE_CACHE_VERSION = 1
@@ -108,7 +108,7 @@ class ImageListDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         try:
-            with Image.open(self.paths[i]) as img:
+            with open_regular_file(self.paths[i]) as fh, Image.open(fh) as img:
                 image = img.convert("RGB")
         except (OSError, ValueError) as exc:
             raise DataError(f"cannot read image {self.paths[i]}: {exc}") from exc
