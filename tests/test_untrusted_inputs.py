@@ -441,3 +441,17 @@ def test_knn_refuses_a_fifo_in_a_class_folder(tmp_path: Path, capsys: pytest.Cap
                  "--test", str(tmp_path / "test"), "--k", "1", "--out", str(tmp_path / "k.json")])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err.startswith("error: ") and "\n" not in err and "not a regular file" in err
+
+
+@pytest.mark.parametrize("version, message", [("abc", "must be a whole number >= 1, got 'abc'"), (None, "got None"),
+                                              (True, "got True"), (-1, "got -1"), (99, "format_version 99, newer than")])
+def test_a_forged_format_version_is_one_line(tmp_path: Path, version: object, message: str) -> None:
+    """``"format_version": "abc"`` was an int() traceback in publish and card-update; 99 loaded without a word."""
+    from cl_zoo.checkpoint import load_folder
+
+    folder = cl_zoo.save_pretrained(tiny_model(seed=0), tmp_path / "ck")
+    config = json.loads((folder / "config.json").read_text())
+    config["format_version"] = version
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ClZooError, match=message.replace("(", r"\(")):
+        load_folder(folder)

@@ -277,6 +277,12 @@ def consolidate_weights(folder: str | os.PathLike[str]) -> dict[str, str]:
     return {WEIGHTS_NAME: sha256_file(folder / WEIGHTS_NAME)}
 
 
+def shown_value(value: Any, limit: int = 40) -> str:
+    """A JSON value for an error line: its repr, cut short (a config value can be megabytes)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a checkpoint folder's config.json."""
     path = member(Path(folder), CONFIG_NAME, str(folder))
@@ -290,6 +296,13 @@ def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
             raise CheckpointError(f"{path}: '{key}' must be a {kind.__name__}")
     if ZOO_CFG_KEY in config and not isinstance(config[ZOO_CFG_KEY], dict):
         raise CheckpointError(f"{path}: '{ZOO_CFG_KEY}' must be a dict")
+    if "format_version" in config:  # absent: a version-1 folder, from before the field
+        version = config["format_version"]
+        if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+            raise CheckpointError(f"{path}: 'format_version' must be a whole number >= 1, got {shown_value(version)}")
+        if version > FORMAT_VERSION:
+            raise CheckpointError(f"{path} is format_version {version}, newer than this cl-zoo reads ({FORMAT_VERSION}): "
+                                  "upgrade cl-zoo")
     files = config.get("files")
     if files is not None:
         if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
