@@ -13,7 +13,7 @@ import json
 
 from cl_zoo.errors import DataError
 
-__all__ = ["exception_line", "is_repo_id", "mib", "one_line", "parse_json_lines"]
+__all__ = ["exception_line", "is_repo_id", "listed", "mib", "one_line", "parse_json_lines"]
 
 
 def one_line(value: object, limit: int = 200) -> str:
@@ -24,6 +24,12 @@ def one_line(value: object, limit: int = 200) -> str:
 def exception_line(exc: BaseException, limit: int = 200) -> str:
     """:func:`one_line` of an exception, or its class name when it has no message (``MemoryError()``)."""
     return one_line(exc, limit) or type(exc).__name__
+
+
+def listed(items: list[str], limit: int) -> str:
+    """The first ``limit`` items joined by commas, then "and N more" for the rest."""
+    more = len(items) - limit
+    return ", ".join(items[:limit]) + (f" and {more} more" if more > 0 else "")
 
 
 def mib(n: int) -> str:

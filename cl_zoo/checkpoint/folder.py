@@ -52,6 +52,7 @@ from cl_zoo import __version__
 from cl_zoo.errors import CheckpointError, ModelNotFoundError
 from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, atomic_write_text, current_umask, read_bounded_json
 from cl_zoo.registry import PretrainedCfg, build_arch, get_arch
+from cl_zoo.text import one_line
 
 # Bounds on what a folder's JSON may hold, checked before reading: the zoo's largest config is 9 KB
 # (a tier card with every seed's figures), its largest shard index 20 KB (CMC's pair); a 70B-parameter
@@ -277,12 +278,6 @@ def consolidate_weights(folder: str | os.PathLike[str]) -> dict[str, str]:
     return {WEIGHTS_NAME: sha256_file(folder / WEIGHTS_NAME)}
 
 
-def shown_value(value: Any, limit: int = 40) -> str:
-    """A JSON value for an error line: its repr, cut short (a config value can be megabytes)."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a checkpoint folder's config.json."""
     path = member(Path(folder), CONFIG_NAME, str(folder))
@@ -299,7 +294,7 @@ def read_config(folder: str | os.PathLike[str]) -> dict[str, Any]:
     if "format_version" in config:  # absent: a version-1 folder, from before the field
         version = config["format_version"]
         if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-            raise CheckpointError(f"{path}: 'format_version' must be a whole number >= 1, got {shown_value(version)}")
+            raise CheckpointError(f"{path}: 'format_version' must be a whole number >= 1, got {one_line(repr(version), 40)}")
         if version > FORMAT_VERSION:
             raise CheckpointError(f"{path} is format_version {version}, newer than this cl-zoo reads ({FORMAT_VERSION}): "
                                   "upgrade cl-zoo")

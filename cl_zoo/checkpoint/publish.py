@@ -45,7 +45,7 @@ from cl_zoo.checkpoint.hub import hub_settings, is_namespace, model_card_dirs, z
 from cl_zoo.checkpoint.timm_compat import merged_pretrained_cfg
 from cl_zoo.checkpoint.usage import USAGE_SECTION, FenceTracker, check_usage, retarget, section_text, usage_blocks
 from cl_zoo.errors import CheckpointError, ClZooError, HubError, is_transport_error
-from cl_zoo.text import is_repo_id, one_line
+from cl_zoo.text import is_repo_id, listed, one_line
 
 # Files written by save_pretrained's staging step or editors: never part of a release.
 IGNORE_PATTERNS = [".*", "**/.*", ".staging-*/**", "__pycache__/**", "*.tmp"]
@@ -522,8 +522,7 @@ def _summary(plan: Plan) -> str:
     if plan.new_repo:
         return f"new repo, {len(plan.files)} files"
     changes = plan.changes or []
-    shown = ", ".join(changes[:6]) + (f" and {len(changes) - 6} more" if len(changes) > 6 else "")
-    return f"{len(changes)} file(s) differ: {shown}"
+    return f"{len(changes)} file(s) differ: {listed(changes, 6)}"
 
 
 def sync_folders(

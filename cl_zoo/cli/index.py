@@ -81,7 +81,7 @@ def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) ->
     emb.meta`` their metadata with the description. ``OUT`` itself is the user's choice to replace
     (as ``cl-zoo embed --out``); ``OUT.json``, a name derived from it, must be absent or an index
     description cl-zoo wrote."""
-    from cl_zoo.embedding.files import LEGACY_PATHS_SIDECAR, OWN_SIDECARS, sidecar
+    from cl_zoo.embedding.files import embedding_files
     from cl_zoo.embedding.shards import named_like_ours
     from cl_zoo.fileio import check_replaceable, refuse_inputs_as_outputs
     from cl_zoo.index.sidecar import is_index_description, sidecar_path
@@ -89,7 +89,7 @@ def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) ->
     out = Path(out)
     inputs: list[Path] = []
     for npy in source.paths:
-        inputs += [npy, *(sidecar(npy, s) for s in (*OWN_SIDECARS, LEGACY_PATHS_SIDECAR))]
+        inputs += embedding_files(npy)
     if source.location.is_dir():
         inputs += named_like_ours(source.location)
     refuse_inputs_as_outputs([out, sidecar_path(out)], inputs)

@@ -10,7 +10,6 @@ deduplicated through its index.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -39,11 +38,10 @@ class SearchCommand(click.Command):
 def _refuse_saving_over_inputs(save_index: str, embeddings: str, load_index: str | None, queries: tuple[str, ...]) -> None:
     """One line when ``--save-index`` names a file the search reads: the embeddings, their sidecars, a
     file of their folder, the index it loads or a query (it used to replace them and exit 0)."""
-    from cl_zoo.embedding.files import LEGACY_PATHS_SIDECAR, OWN_SIDECARS, sidecar
+    from cl_zoo.embedding.files import embedding_files
     from cl_zoo.fileio import input_files, refuse_inputs_as_outputs
 
-    beside = [sidecar(Path(embeddings), s) for s in (*OWN_SIDECARS, LEGACY_PATHS_SIDECAR)]
-    refuse_inputs_as_outputs([save_index], input_files(embeddings, load_index, *beside, *queries))
+    refuse_inputs_as_outputs([save_index], input_files(*embedding_files(embeddings), load_index, *queries))
 
 
 @click.command("search", cls=SearchCommand)

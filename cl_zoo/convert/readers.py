@@ -96,8 +96,10 @@ from cl_zoo.checkpoint import MismatchMessages, load_state_into, save_pretrained
 from cl_zoo.checkpoint.card import inline_code, inline_text
 from cl_zoo.convert.restricted_pickle import LIGHTNING_GLOBALS, shown, weights_only_load
 from cl_zoo.errors import CheckpointError
+from cl_zoo.fileio import current_umask
 from cl_zoo.models.releases import FORMATS, RELEASES
 from cl_zoo.registry import build_arch, get_arch, get_pretrained
+from cl_zoo.text import listed
 
 SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace,)
 _MAX_KEY = 300  # characters in a state dict key (ResNet-50's longest is 40)
@@ -500,8 +502,7 @@ def check_replaceable_folder(out: str | os.PathLike[str]) -> Path:
     if out.is_dir():
         foreign = sorted(e.name for e in os.scandir(out) if not (e.is_file(follow_symlinks=False) and _ZOO_FILE.fullmatch(e.name)))
         if foreign:
-            shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
-            raise CheckpointError(f"{out} holds files that are not a zoo folder's ({shown}); an import replaces the "
+            raise CheckpointError(f"{out} holds files that are not a zoo folder's ({listed(foreign, 3)}); an import replaces the "
                                   "whole folder: choose a new or empty one")
     return out
 
@@ -544,9 +545,7 @@ def import_checkpoint(
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.importing-", dir=out.parent))
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would become the folder's mode
+        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0700 would become the folder's mode
         save_pretrained(
             model,
             staging,

@@ -46,6 +46,7 @@ from typing import Any, Callable, Sequence, Union
 import torch
 
 from cl_zoo.errors import CheckpointError
+from cl_zoo.text import listed
 
 SafeGlobal = Union[Callable[..., Any], "tuple[Callable[..., Any], str]"]
 
@@ -179,9 +180,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _refusal(path: Path, names: Sequence[str], accepts: str, hint: str) -> UnsafePickleError:
-    listed = ", ".join(shown(n, 80) for n in sorted(names)[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     return UnsafePickleError(
-        f"refusing to load {path}: it contains a pickled {listed}, and unpickling arbitrary objects can run code "
+        f"refusing to load {path}: it contains a pickled {listed([shown(n, 80) for n in sorted(names)], 4)}, and unpickling arbitrary objects can run code "
         f"(nothing was executed). cl-zoo accepts only tensors, plain containers and {accepts} here{hint}"
     )
 

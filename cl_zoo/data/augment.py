@@ -447,6 +447,11 @@ def apply_params(images: torch.Tensor, config: AugmentConfig, params: AugmentPar
     return normalize(x, config)
 
 
+def slice_params(params: AugmentParams, start: int, stop: int) -> AugmentParams:
+    """Samples ``start:stop`` of every parameter (one rank's rows of the global batch)."""
+    return AugmentParams(*(getattr(params, f.name)[start:stop] for f in fields(AugmentParams)))
+
+
 def cat_params(params: Sequence[AugmentParams]) -> AugmentParams:
     """Several views' parameters as one batch of ``sum(len)`` samples, views in order."""
     if len(params) == 1:

@@ -33,6 +33,7 @@ from typing import IO, Callable, Iterable, Iterator
 from PIL import Image, UnidentifiedImageError
 
 from cl_zoo.errors import DataError
+from cl_zoo.fileio import open_regular_file
 from cl_zoo.optional import require
 from cl_zoo.text import exception_line as _one_line, mib as _mib, parse_json_lines
 
@@ -366,8 +367,6 @@ def os_reason(exc: OSError) -> str:
 
 
 def _open_file(path: str):  # noqa: ANN202 - a binary file object
-    from cl_zoo.fileio import open_regular_file
-
     return open_regular_file(path)  # a FIFO in a folder or list must not block the run
 
 

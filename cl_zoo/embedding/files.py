@@ -104,6 +104,13 @@ OWN_SIDECARS = {
 }
 
 
+def embedding_files(npy: str | os.PathLike[str]) -> list[Path]:
+    """An embeddings file and every sidecar cl-zoo writes or once wrote beside it: what a command that
+    reads it must not write over."""
+    npy = Path(npy)
+    return [npy, *(sidecar(npy, s) for s in (*OWN_SIDECARS, LEGACY_PATHS_SIDECAR))]
+
+
 def sidecars_of(out: str | os.PathLike[str]) -> list[str]:
     """The sidecar suffixes written (or, for a stale failure report, deleted) beside ``out``."""
     npy = Path(out).suffix.lower() == ".npy"

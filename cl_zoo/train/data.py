@@ -22,7 +22,6 @@ Python. Streaming (ImageNet-sized folders): DataLoader workers decode each image
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -31,7 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from cl_zoo.data.augment import (PRESETS, AugmentConfig, AugmentParams, apply_views, normalize, preset, sample_params,
+from cl_zoo.data.augment import (PRESETS, AugmentConfig, apply_views, normalize, preset, sample_params, slice_params,
                                  to_device)
 from cl_zoo.data.memory import decode_square
 from cl_zoo.data.workers import usable_cpus
@@ -50,10 +49,6 @@ def augment_configs(presets: Sequence[str], size: int) -> list[AugmentConfig]:
     if unknown:
         raise ClZooError(f"unknown augmentation preset {unknown[0]!r}; presets: {', '.join(sorted(PRESETS))}")
     return [preset(name, size) for name in presets]
-
-
-def slice_params(params: AugmentParams, start: int, stop: int) -> AugmentParams:
-    return AugmentParams(**{f.name: getattr(params, f.name)[start:stop] for f in dataclasses.fields(params)})
 
 
 @dataclass
