@@ -55,6 +55,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.text import one_line
+from cl_zoo.validation import MAX_NESTING, nesting_depth
 
 __all__ = [
     "atomic_path",
@@ -271,9 +272,14 @@ def read_bounded_json(
     if len(raw) > max_bytes:
         raise error(f"{path} grew past {max_bytes} bytes while being read; it cannot be a {what}")
     try:
-        return json.loads(raw.decode("utf-8"))
+        data = json.loads(raw.decode("utf-8"))
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError, JSONDecodeError, a 5000-digit integer
         raise error(f"{path} is not valid JSON ({one_line(exc)})") from None
+    # json parses a few hundred levels, but every recursive walk over the result (a config's checks, a
+    # card's render) would then end in RecursionError: no file cl-zoo reads nests anywhere near this.
+    if nesting_depth(data) > MAX_NESTING:
+        raise error(f"{path} nests deeper than {MAX_NESTING} levels, so it cannot be a {what}")
+    return data
 
 
 

@@ -117,6 +117,14 @@ def test_read_json_nesting_deep_enough_to_exhaust_recursion_is_a_clean_error(tmp
         read_bounded_json(path, max_bytes=1 << 20, error=CheckpointError)
 
 
+def test_read_json_nesting_that_parses_but_no_file_has_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"a": ' + b"[" * 700 + b"]" * 700 + b"}")  # json parses it; a recursive walk would not
+    with pytest.raises(CheckpointError, match="nests deeper than 32 levels, so it cannot be a config") as info:
+        read_bounded_json(path, max_bytes=1 << 20, what="config", error=CheckpointError)
+    assert "\n" not in str(info.value)
+
+
 def test_read_json_refuses_what_is_not_a_regular_file_without_blocking(tmp_path: Path) -> None:
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)  # opened for reading without O_NONBLOCK this would wait for a writer forever
