@@ -12,7 +12,8 @@ optimizer step, momentum update) on the same images; only the input pipeline dif
 Prints images/s (and views/s: images x views) for both, their ratio, the step alone on one batch
 already on the device (the ceiling no input pipeline can pass; each loop's share of it says whether
 the pipeline or the step is the bottleneck), and the step's achieved TFLOP/s (FLOPs of one
-forward+backward counted by ``torch.utils.flop_counter``).
+forward+backward counted by ``torch.utils.flop_counter``) as a share of the host's matrix rate, a
+bf16 and an fp32 GEMM timed in the same process (the step's own precision marked).
 
 Then the full loop: ``cl-zoo pretrain``'s own :class:`~cl_zoo.train.loop.Trainer` on the same images
 (written to a temporary folder), two epochs, with everything a real run does per step (lr schedule,
@@ -132,6 +133,30 @@ def timed(step, batches: Iterator, warmup: int, steps: int, device: torch.device
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() - start
+
+
+def matrix_rate(device: torch.device, dtype: torch.dtype, repeats: int = 10) -> float:
+    """The device's practical matrix rate in FLOP/s: a square GEMM big enough to saturate it, in ``dtype``.
+
+    The step's achieved FLOP/s means little alone; as a share of what this host's matrix units really
+    deliver (measured here, in this process and at this thread count) it says how much of the chip the
+    step leaves unused. 2048 saturates a 2-core CPU's AVX512/AMX units; a GPU needs 8192.
+    """
+    n = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(n, n, device=device).to(dtype)
+    b = torch.randn(n, n, device=device).to(dtype)
+    for _ in range(2):
+        torch.mm(a, b)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * n**3 / best
 
 
 def forever(make_epoch) -> Iterator:
@@ -344,6 +369,12 @@ def main() -> None:
           f"{100 * ours_ips / step_ips:.0f}% of it, the baseline {100 * base_ips / step_ips:.0f}%")
     print(f"step FLOPs (fwd+bwd): {flops / 1e9:.1f} GFLOP -> achieved {flops * args.steps / ours_time / 1e12:.4g} TFLOP/s "
           f"(ours), {flops * args.steps / base_time / 1e12:.4g} TFLOP/s (baseline)")
+    step_flops = flops * args.steps / step_time
+    for name, gemm_dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        rate = matrix_rate(device, gemm_dtype)
+        mark = " (the step's precision)" if (name == "bf16") == (amp and dtype == torch.bfloat16) else ""
+        print(f"matrix rate {name}{mark}: {rate / 1e12:.4g} TFLOP/s ({'8192' if device.type == 'cuda' else '2048'}^2 GEMM); "
+              f"the step alone achieves {step_flops / 1e12:.4g} TFLOP/s = {100 * step_flops / rate:.0f}% of it")
     if not args.no_full_loop:
         loop_ips, loop_steps = full_loop_rate(recipe, images, device)
         print(f"full loop (cl-zoo pretrain's Trainer, epoch 2 of 2, {loop_steps} steps): {loop_ips:,.0f} images/s = "
