@@ -1,7 +1,7 @@
-"""Moved to :mod:`cl_zoo.index.dedup_calibration` (issue 43: index/ owns search and dedup); this old path
-still imports (model cards record ``cl_zoo.dedup_calibration.calibrate_dedup_threshold`` as their method)."""
+"""Retired path of :mod:`cl_zoo.index.dedup_calibration` (index/ owns search and dedup); it still imports,
+with a ``DeprecationWarning`` (:mod:`cl_zoo.deprecations`). Cards calibrated before the move record
+``cl_zoo.dedup_calibration.calibrate_dedup_threshold`` as their method: that label still names this path."""
 
-from __future__ import annotations
+from cl_zoo.deprecations import retired_exports
 
-from cl_zoo.index.dedup_calibration import *  # noqa: F401,F403 - the old import path, kept for users and scripts
-from cl_zoo.index.dedup_calibration import __all__  # noqa: F401
+__getattr__, __dir__ = retired_exports(globals())

@@ -4,8 +4,8 @@ timm layers it the same way (``_pretrained`` <- ``_registry`` <- ``_builder``/``
 ``_factory``): :mod:`cl_zoo.registry` holds the tables and look-ups, :mod:`cl_zoo.checkpoint`
 reads and finds folders, and this module, the only one that needs all of them, turns a user's
 request into a model. Nothing below imports it, so no import circle runs through the registry.
-The old paths (``cl_zoo.registry.create_model``, ``cl_zoo.checkpoint.hub.load_pretrained``...)
-re-export these lazily.
+The retired paths (``cl_zoo.registry.create_model``, ``cl_zoo.checkpoint.hub.load_pretrained``...)
+still serve these, with a ``DeprecationWarning`` (:mod:`cl_zoo.deprecations`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """PEP 562 lazy attributes: a module names what it re-exports, and each is imported on first use.
 
 Why: ``import cl_zoo`` (and so every ``cl-zoo`` command, ``--help`` included) must not pay for
-torch, and the registry must stay a leaf while ``cl_zoo.registry.create_model`` and other old
-import paths keep working. Targets are ``"module:attribute"`` strings resolved with
-:func:`importlib.import_module`, so a lower module can re-export a higher one without an import
-statement pointing up (which would close an import circle).
+torch, so a package's public names (``cl_zoo.create_model``, ``cl_zoo.checkpoint.load_folder``)
+are served from the modules below it on first use. Targets are ``"module:attribute"`` strings
+resolved with :func:`importlib.import_module`. Retired paths use :mod:`cl_zoo.deprecations`, which
+warns.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, ItemsView, Iterator, KeysView, 
 
 from cl_zoo.constants import CIFAR10_MEAN, CIFAR10_STD, IMAGENET_MEAN, IMAGENET_STD
 from cl_zoo.errors import ModelNotFoundError
-from cl_zoo.lazy import lazy_exports
+from cl_zoo.deprecations import retired_exports
 
 if TYPE_CHECKING:
     import torch.nn as nn
@@ -347,9 +347,6 @@ def build_arch(arch: str, cfg: PretrainedCfg | None = None, **kwargs: Any) -> "n
     return model
 
 
-# Building from a name and loading weights live in the factory, above the registry; these names
-# stay importable from here (``from cl_zoo.registry import create_model``) without importing it.
-__getattr__, __dir__ = lazy_exports(globals(), {
-    "create_model": "cl_zoo.factory:create_model",
-    "check_pretrained_kwargs": "cl_zoo.factory:check_pretrained_kwargs",
-})
+# Building from a name and loading weights live in the factory, above the registry; the old import
+# path (``from cl_zoo.registry import create_model``) still works, with a DeprecationWarning.
+__getattr__, __dir__ = retired_exports(globals())

@@ -1,6 +1,6 @@
-"""Moved to :mod:`cl_zoo.index.search` (issue 43: index/ owns search and dedup); this old path still imports."""
+"""Retired path of :mod:`cl_zoo.index.search` (index/ owns search and dedup); it still imports, with a
+``DeprecationWarning`` (:mod:`cl_zoo.deprecations`)."""
 
-from __future__ import annotations
+from cl_zoo.deprecations import retired_exports
 
-from cl_zoo.index.search import *  # noqa: F401,F403 - the old import path, kept for users and scripts
-from cl_zoo.index.search import __all__  # noqa: F401
+__getattr__, __dir__ = retired_exports(globals())

@@ -52,7 +52,7 @@ import torch
 from cl_zoo.checkpoint.card import extra_sections
 from cl_zoo.checkpoint import save_pretrained
 from cl_zoo.fileio import atomic_write_bytes
-from cl_zoo.checkpoint.hub import load_pretrained
+from cl_zoo.factory import load_pretrained
 
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 config = json.loads((src / "config.json").read_text())

@@ -78,7 +78,7 @@ def test_faiss_library_paths_name_the_index_extra(monkeypatch: pytest.MonkeyPatc
 
     from cl_zoo.eval.knn import knn_classify
     from cl_zoo.eval.report import library_versions
-    from cl_zoo.search import build_index
+    from cl_zoo.index.search import build_index
 
     hide(monkeypatch, "faiss")
     x = np.eye(4, dtype=np.float32)

@@ -165,19 +165,12 @@ def test_registry_imports_nothing_above_it() -> None:
     assert not forbidden, forbidden
 
 
-def test_old_import_paths_are_the_factory() -> None:
-    import cl_zoo.checkpoint.hub as hub
+def test_public_api_names_resolve_and_unknown_names_raise() -> None:
     import cl_zoo.factory as factory
     import cl_zoo.registry as registry
-    from cl_zoo.checkpoint.card import rerender_card
-    from cl_zoo.checkpoint.folder import rerender_card as moved
 
-    assert registry.create_model is factory.create_model is cl_zoo.create_model
-    assert registry.check_pretrained_kwargs is factory.check_pretrained_kwargs
-    for name in ("load_pretrained", "load_model", "load_registered", "load_hub"):
-        assert getattr(hub, name) is getattr(factory, name), name
     assert cl_zoo.load_pretrained is factory.load_pretrained and cl_zoo.load_model is factory.load_model
-    assert rerender_card is moved
+    assert cl_zoo.create_model is factory.create_model
     assert set(cl_zoo.__all__) <= set(dir(cl_zoo))
     with pytest.raises(AttributeError):
         registry.no_such_name  # noqa: B018

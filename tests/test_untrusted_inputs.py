@@ -25,7 +25,7 @@ from cl_zoo.data.folder import open_image_folder, scan_image_folder, scan_unlabe
 from cl_zoo.data.images import discover_images
 from cl_zoo.embedding import NonFiniteFeatureError, extract_features, load_embeddings, save_embeddings
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.search import build_index, load_index, save_index
+from cl_zoo.index.search import build_index, load_index, save_index
 from cl_zoo.train.recipe import RECIPES_DIR, Recipe
 
 from tests.helpers import DATA, tiny_model

@@ -30,7 +30,7 @@ from cl_zoo.checkpoint.timm_compat import TIMM_ARCHITECTURES as TIMM_RESNETS
 from cl_zoo.checkpoint.timm_compat import TIMM_PRETRAINED_FIELDS, merged_pretrained_cfg, timm_architecture
 from cl_zoo.checkpoint.usage import SAMPLE_IMAGE_URL, FenceTracker
 from cl_zoo.constants import PAPERS  # noqa: F401  (re-exported: cl_zoo.checkpoint.card.PAPERS)
-from cl_zoo.lazy import lazy_exports
+from cl_zoo.deprecations import retired_exports
 from cl_zoo.registry import find_pretrained
 
 
@@ -583,5 +583,5 @@ def extra_sections(text: str) -> dict[str, str]:
 
 
 # rerender_card reads a folder (cl_zoo.checkpoint.folder, which imports this module to render cards)
-# and so lives there; the old import path keeps working.
-__getattr__, __dir__ = lazy_exports(globals(), {"rerender_card": "cl_zoo.checkpoint.folder:rerender_card"})
+# and so lives there; the old import path still works, with a DeprecationWarning.
+__getattr__, __dir__ = retired_exports(globals())

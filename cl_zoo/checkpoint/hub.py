@@ -26,7 +26,7 @@ from cl_zoo.checkpoint.layout import CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
 from cl_zoo.errors import HubError, is_transport_error  # noqa: F401 - is_transport_error: also its old import path
 from cl_zoo.fileio import file_lock
 from cl_zoo.text import is_repo_id
-from cl_zoo.lazy import lazy_exports
+from cl_zoo.deprecations import retired_exports
 from cl_zoo.registry import ZOO_NAMESPACE
 
 if TYPE_CHECKING:
@@ -163,7 +163,5 @@ def registered_repo_id(cfg: "PretrainedCfg") -> str | None:
 
 
 # Loading a model from a source is the factory's (above this module); the old import paths
-# (``from cl_zoo.checkpoint.hub import load_pretrained``) keep working through this re-export.
-__getattr__, __dir__ = lazy_exports(globals(), {
-    name: f"cl_zoo.factory:{name}" for name in ("load_hub", "load_registered", "load_pretrained", "load_model", "_load_file")
-})
+# (``from cl_zoo.checkpoint.hub import load_pretrained``) still work, with a DeprecationWarning.
+__getattr__, __dir__ = retired_exports(globals())

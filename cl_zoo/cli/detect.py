@@ -316,7 +316,7 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
     path = Path(model_spec)
     if path.is_file() or prefix is not None:
         # A raw training checkpoint: take its (query) encoder into a stock zoo ResNet.
-        from cl_zoo.registry import create_model
+        from cl_zoo.factory import create_model
 
         weights = resnet_weights(model_spec, prefix)
         # Shapes the stock ResNet cannot hold (CIFAR stem, other widths) or missing tensors are a

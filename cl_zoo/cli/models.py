@@ -40,7 +40,7 @@ def _arch_stats(arch: str, kwargs_json: str) -> tuple[int, int]:
 
 def where_here(name: str) -> dict[str, str | None]:
     """Where a registered checkpoint would be loaded from on this machine, in the order
-    :func:`cl_zoo.checkpoint.hub.load_registered` tries its sources, found without the network.
+    :func:`cl_zoo.factory.load_registered` tries its sources, found without the network.
 
     ``where`` is one of ``wheel`` (bundled in the installed package), ``checkout`` (this source
     tree's model_cards/), ``CL_ZOO_MODEL_CARDS``, ``HF cache`` (already downloaded from the Hub),

@@ -1,20 +1,10 @@
-"""Moving backbones in and out of the zoo: exports for detectron2, torchvision and timm.
+"""Moving backbones into the zoo: release sources (:mod:`~cl_zoo.convert.sources`), readers of
+author-released checkpoints (:mod:`~cl_zoo.convert.readers`) and mirrors.
 
-The export names are imported from :mod:`cl_zoo.export` (numpy and torch) on first use,
-so the release sources (:mod:`~cl_zoo.convert.sources`) can be read without them.
+The exporters once served from here live in :mod:`cl_zoo.export`, above the factory; their old
+names still work, with a ``DeprecationWarning`` (:mod:`cl_zoo.deprecations`).
 """
 
-from cl_zoo.lazy import lazy_exports
+from cl_zoo.deprecations import retired_exports
 
-__all__ = [
-    "EXPORTERS",
-    "ExportSummary",
-    "ResNetWeights",
-    "detectron2_name",
-    "export_detectron2",
-    "export_timm",
-    "export_torchvision",
-    "resnet_weights",
-]
-
-__getattr__, __dir__ = lazy_exports(globals(), {name: f"cl_zoo.export:{name}" for name in __all__})
+__getattr__, __dir__ = retired_exports(globals())

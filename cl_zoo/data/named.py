@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cl_zoo.lazy import lazy_exports
+from cl_zoo.deprecations import retired_exports
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,6 @@ def candidates(ds: NamedDataset, root: Path, split: str) -> list[Path]:
     return found
 
 
-# The resolver scans folders, so it lives in cl_zoo.data.folder (which reads this table); served
-# from here lazily for the old import path.
-__getattr__, __dir__ = lazy_exports(globals(), {"open_named_dataset": "cl_zoo.data.folder:open_named_dataset"})
+# The resolver scans folders, so it lives in cl_zoo.data.folder (which reads this table); the old
+# import path still works, with a DeprecationWarning.
+__getattr__, __dir__ = retired_exports(globals())

@@ -1,12 +1,10 @@
-"""Old home of :mod:`cl_zoo.embedding.transforms` (``resolve_data_config``, ``create_transform``).
+"""Retired path of :mod:`cl_zoo.embedding.transforms` (``resolve_data_config``, ``create_transform``).
 
 The module moved next to the embedding preprocessing it reuses, so that ``cl_zoo.data`` (image
-folders, augmentations) stays below the model and checkpoint packages. Names are served lazily
-from the new home; import from there or from ``cl_zoo`` itself.
+folders, augmentations) stays below the model and checkpoint packages. Its names are still served
+from here, with a ``DeprecationWarning`` (:mod:`cl_zoo.deprecations`).
 """
 
-from cl_zoo.lazy import lazy_exports
+from cl_zoo.deprecations import retired_exports
 
-_MOVED = ("resolve_data_config", "create_transform", "IN_MEMORY_KINDS", "is_in_memory", "pil_images")
-
-__getattr__, __dir__ = lazy_exports(globals(), {name: f"cl_zoo.embedding.transforms:{name}" for name in _MOVED})
+__getattr__, __dir__ = retired_exports(globals())

@@ -11,14 +11,14 @@ import torch.nn as nn
 
 from cl_zoo import __version__
 from cl_zoo.arrays import recorded_threshold
-from cl_zoo.checkpoint import hub
+from cl_zoo import factory
 from cl_zoo.data.images import is_url
 from cl_zoo.registry import DEFAULT_MODEL
 
 
 def load_embedding_model(model: str | os.PathLike[str] | nn.Module | None) -> nn.Module:
     """``load_model`` with the zoo's bundled default for ``None``."""
-    return hub.load_model(DEFAULT_MODEL if model is None else model)  # through the module: tests patch hub's loader
+    return factory.load_model(DEFAULT_MODEL if model is None else model)  # through the module: tests patch it there
 
 
 
@@ -27,7 +27,7 @@ def model_reference(spec: str | os.PathLike[str] | None) -> str:
 
     A checkpoint folder or file on disk becomes an absolute path (``runs/x/model`` is meaningless
     to ``cl-zoo search`` run elsewhere); registered names and ``hf-hub:`` ids stay as they are.
-    Paths are checked first, as :func:`cl_zoo.checkpoint.hub.load_pretrained` does.
+    Paths are checked first, as :func:`cl_zoo.factory.load_pretrained` does.
     """
     if spec is None:
         return ""

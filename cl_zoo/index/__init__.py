@@ -8,8 +8,8 @@ from, :mod:`~cl_zoo.index.load` opens one for a given set of embeddings, and
 :mod:`~cl_zoo.index.dedup` finds near-duplicate pairs through one. :mod:`~cl_zoo.index.search` is
 the in-memory side (exact and small faiss indexes over a loaded matrix, near-duplicate groups, and
 the checks a saved faiss file is opened with) and :mod:`~cl_zoo.index.dedup_calibration` measures a
-model's near-duplicate threshold; both were top-level modules before issue 43 (``cl_zoo.search``,
-``cl_zoo.dedup_calibration``), which still import.
+model's near-duplicate threshold; their retired top-level paths (``cl_zoo.search``,
+``cl_zoo.dedup_calibration``) still import, with a ``DeprecationWarning``.
 
 The ``.npy`` / path list / metadata readers this package shares with :mod:`cl_zoo.embedding` are in
 :mod:`cl_zoo.arrays`, below both. From :mod:`cl_zoo.embedding` this package imports only what is

@@ -151,7 +151,7 @@ class DedupCalibration:
         }
         return {
             "threshold": t,
-            "method": "cl_zoo.dedup_calibration.calibrate_dedup_threshold",
+            "method": "cl_zoo.index.dedup_calibration.calibrate_dedup_threshold",
             "photos": int(len(neg)),
             "copies": int(len(pos)),
             "whole_picture_kinds": sorted(WHOLE_PICTURE_KINDS),

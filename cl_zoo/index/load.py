@@ -3,9 +3,9 @@
 An index written by ``cl-zoo index`` has a sidecar (:mod:`cl_zoo.index.sidecar`); the index file
 must be the one the sidecar describes, the embeddings must have the fingerprint it records, and the
 index file, which is untrusted input like any other, is read under the same memory bound and
-structure checks as :func:`cl_zoo.search.load_index`, extended to the OPQ + IVF-PQ indexes built
+structure checks as :func:`cl_zoo.index.search.load_index`, extended to the OPQ + IVF-PQ indexes built
 for tight budgets. An index without a sidecar (``cl-zoo search --save-index``) goes through
-:func:`cl_zoo.search.load_index` as before.
+:func:`cl_zoo.index.search.load_index` as before.
 
 The fingerprint is recomputed exactly as the build computed it
 (:func:`cl_zoo.index.build.embeddings_fingerprint_of`), so a shard folder is checked against its
@@ -81,8 +81,8 @@ def load_saved_index(
 
 def checked_params(params: str, index_path: Path, index=None) -> str:  # noqa: ANN001 - a faiss.Index
     """The sidecar's search parameters, if they are the few names cl-zoo writes with values inside the
-    caps the index file itself is held to (:func:`cl_zoo.search.structure_problem`): ``efSearch`` and
-    ``quantizer_efSearch`` in 1..:data:`~cl_zoo.search.MAX_EF_SEARCH`, ``nprobe`` in 1..nlist of
+    caps the index file itself is held to (:func:`cl_zoo.index.search.structure_problem`): ``efSearch`` and
+    ``quantizer_efSearch`` in 1..:data:`~cl_zoo.index.search.MAX_EF_SEARCH`, ``nprobe`` in 1..nlist of
     ``index``. A sidecar is as untrusted as the file: ``efSearch=9999999`` turned a 9 s dedup into
     minutes, ``nprobe=0`` ended in a faiss traceback.
     """
@@ -128,7 +128,7 @@ def read_checked(index_path: Path, info: IndexInfo):  # noqa: ANN201 - a faiss.I
 
 
 def pq_structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss objects
-    """The checks of :func:`cl_zoo.search.structure_problem` for ``OPQ,IVF[_HNSW],PQ`` indexes."""
+    """The checks of :func:`cl_zoo.index.search.structure_problem` for ``OPQ,IVF[_HNSW],PQ`` indexes."""
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
         return "it does not rank by inner product (cosine)"
     if index.chain.size() != 1:

@@ -29,7 +29,7 @@ alternations on at most 16,384 rows instead of 50 on 65,536 (see :mod:`cl_zoo.in
 Estimates count what faiss stores, including the OPQ matrix and the PQ codebooks
 autofaiss neglects, so a plan that fits here fits on disk and in memory.
 
-Vectors are L2-normalised and compared by inner product (cosine), as in :mod:`cl_zoo.search`.
+Vectors are L2-normalised and compared by inner product (cosine), as in :mod:`cl_zoo.index.search`.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ plain faiss files; loading one checks it against the embeddings it claims to ind
 stale index silently returns the wrong rows.
 
 This is the in-memory half of :mod:`cl_zoo.index` (``cl-zoo search`` and ``dedup`` without a saved
-index, and the checks every saved index is opened with); it was ``cl_zoo.search`` before issue 43,
-which still imports.
+index, and the checks every saved index is opened with); its retired path ``cl_zoo.search`` still
+imports, with a ``DeprecationWarning``.
 """
 
 from __future__ import annotations

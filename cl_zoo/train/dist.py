@@ -1,19 +1,8 @@
-"""Old home of the distributed helpers, kept so ``cl_zoo.train.dist`` imports go on working.
-
-They live in :mod:`cl_zoo.distributed`, below both ``methods/`` and ``train/``: the methods gather
-their embeddings there without importing the trainer's package (no ``methods -> train`` arrow).
+"""Retired path of :mod:`cl_zoo.distributed`, which lives below both ``methods/`` and ``train/`` so the
+methods gather their embeddings without importing the trainer's package. Its names are still served
+from here, with a ``DeprecationWarning`` (:mod:`cl_zoo.deprecations`).
 """
 
-from __future__ import annotations
+from cl_zoo.deprecations import retired_exports
 
-from cl_zoo.distributed import (
-    barrier,
-    gather,
-    get_rank,
-    get_world_size,
-    is_distributed,
-    is_main,
-    local_slice,
-)
-
-__all__ = ["barrier", "gather", "get_rank", "get_world_size", "is_distributed", "is_main", "local_slice"]
+__getattr__, __dir__ = retired_exports(globals())

@@ -15,7 +15,7 @@ from cl_zoo.checkpoint.usage import check_usage, retarget, usage_blocks
 from cl_zoo.checkpoint import CARD_NAME, CONFIG_NAME
 from cl_zoo.cli import main
 from cl_zoo.errors import CheckpointError
-from cl_zoo.checkpoint.hub import load_model
+from cl_zoo.factory import load_model
 from cl_zoo.checkpoint.publish import card_for_repo
 from tests.helpers import REPO_ROOT
 

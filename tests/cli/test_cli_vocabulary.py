@@ -38,11 +38,11 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded before the output was checked")
 
-    import cl_zoo.checkpoint.hub as hub
     import cl_zoo.eval.baseline as baseline
+    import cl_zoo.factory as factory
 
-    monkeypatch.setattr(hub, "load_model", refuse)
-    monkeypatch.setattr(hub, "load_pretrained", refuse)
+    monkeypatch.setattr(factory, "load_model", refuse)
+    monkeypatch.setattr(factory, "load_pretrained", refuse)
     monkeypatch.setattr(baseline, "load_model_or_baseline", refuse)
 
 

@@ -10,9 +10,9 @@ import torch
 import torchvision
 
 from cl_zoo.cli import main
-from cl_zoo.convert import export_detectron2, export_timm, export_torchvision, resnet_weights
+from cl_zoo.export import export_detectron2, export_timm, export_torchvision, resnet_weights
 from cl_zoo.errors import CheckpointError
-from cl_zoo.registry import create_model
+from cl_zoo.factory import create_model
 
 BN = ("weight", "bias", "running_mean", "running_var")
 

@@ -143,7 +143,7 @@ def test_sigint_to_the_process_group_stops_detect_with_a_checkpoint(bccd_voc_dir
 def test_ctrl_c_during_evaluation_keeps_the_trained_checkpoint(bccd_voc_dir, tmp_path, monkeypatch):
     import cl_zoo.detection.train as detection_train
     from cl_zoo.detection import DetectionConfig, DetectionInterrupted, open_datasets, train_detector
-    from cl_zoo.registry import create_model
+    from cl_zoo.factory import create_model
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt

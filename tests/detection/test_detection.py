@@ -24,7 +24,7 @@ from cl_zoo.detection import (
     voc_evaluate,
 )
 from cl_zoo.errors import DataError
-from cl_zoo.registry import create_model
+from cl_zoo.factory import create_model
 from tests.helpers import REPO_ROOT
 
 CONFIGS = REPO_ROOT / "transfer" / "detectron2" / "configs"

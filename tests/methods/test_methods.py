@@ -298,14 +298,6 @@ def test_gather_single_process_identity_and_gradient() -> None:
     assert torch.equal(dist.local_slice(y, 4), y)
 
 
-def test_old_dist_import_path_reexports_the_leaf() -> None:
-    """The helpers moved below methods/ (cl_zoo.distributed); cl_zoo.train.dist still serves them."""
-    from cl_zoo.train import dist as old
-
-    for name in old.__all__:
-        assert getattr(old, name) is getattr(dist, name)
-
-
 def test_methods_do_not_import_the_trainer_package() -> None:
     """methods/ sits below train/: importing a method must not load cl_zoo.train (no methods -> train arrow)."""
     import subprocess

@@ -48,7 +48,7 @@ def test_kill_mid_epoch_then_resume_matches_uninterrupted(tmp_path, folder):
     assert state["epoch"] == 1 and state["global_step"] == STEPS_PER_EPOCH
     assert not list(killed_dir.glob(".checkpoint.pt.*"))  # no temp file left behind as the checkpoint
     assert not (killed_dir / "model").exists()
-    from cl_zoo.checkpoint.hub import load_pretrained
+    from cl_zoo.factory import load_pretrained
     from cl_zoo.train.loop import export_run
 
     exported = export_run(killed_dir, tmp_path / "partial")  # what a run stopped at a deadline ships

@@ -59,7 +59,7 @@ def test_train_reference_script_checks_the_float16_copy(tmp_path):
     fp16 = {t: json.loads((dest / "reports" / f"{t}_fp16.json").read_text()) for t in ("knn", "linear")}
     # The copy's card states the metrics measured on the float16 weights themselves.
     from cl_zoo.eval.features import weights_sha256
-    from cl_zoo.checkpoint.hub import load_pretrained
+    from cl_zoo.factory import load_pretrained
 
     sha = weights_sha256(load_pretrained(str(model)))
     assert all(r["model"]["weights_sha256"] == sha for r in fp16.values())
