@@ -12,8 +12,8 @@ from __future__ import annotations
 # std = [0.229, 0.224, 0.225]"); timm's IMAGENET_DEFAULT_MEAN/STD are the same numbers.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-# CIFAR-10 training-set per-channel mean/std (computed over its 50,000 training images); moved
-# unchanged from cl_zoo/registry.py and cl_zoo/data/augment.py, which each held a copy.
+# CIFAR-10 training-set per-channel mean/std (computed over its 50,000 training images); the one copy
+# the registry, the architectures table (cl_zoo.models.archs) and the augmentations import.
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 

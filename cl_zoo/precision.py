@@ -6,17 +6,17 @@ units, doubles or triples their throughput; its 8-bit mantissa moves pooled feat
 ``auto`` is decided from what the CPU reports (never assumed) and from measurements:
 
 * CUDA: bf16 (tensor cores).
-* CPU with Intel AMX (``amx_tile``): bf16. Measured on a 2-core AMX machine, ResNet-50 at 224 px:
-  torch fp32 20 images/s, torch bf16 autocast 45, OpenVINO bf16 91 (issue 12).
-* CPU with AVX512_BF16 but no AMX (e.g. AMD Zen 4/5): bf16. Measured on a 2-core AMD EPYC (Zen 5,
-  ``avx512_bf16``, no AMX), ResNet-50 inference, batch 32: torch fp32 6.3 images/s, torch bf16
-  autocast 9.4 (1.5x), OpenVINO f32 11.4, OpenVINO bf16 19.0 (3.0x); min cosine to fp32 0.99999.
-  Training, ``benchmarks/pretrain_throughput.py --compare-precision`` on the quiet machine
-  (Imagenette 64 px DCL recipe, batch 256, 8 steps): ResNet-18 x0.5 430-445 -> 840-909 views/s
-  (1.89x, 2.11x), full-width ResNet-18 221 -> 458 views/s (2.07x), losses within 0.1-0.17 of fp32's
-  over the steps. (Two earlier runs at 0.40x/0.48x were taken while six other jobs shared the two
-  cores; bf16's threads suffered more from the contention. Measure on a quiet machine.)
+* CPU with Intel AMX (``amx_tile``): bf16. ResNet-50 inference runs about twice as fast as torch
+  fp32 under torch's autocast and about four times as fast on OpenVINO.
+* CPU with AVX512_BF16 but no AMX (e.g. AMD Zen 4/5): bf16. ResNet-50 inference runs 1.5x torch
+  fp32 under autocast and 3x on OpenVINO, features within cosine 0.99999 of fp32; training
+  (``benchmarks/pretrain_throughput.py --compare-precision``, the Imagenette 64 px DCL recipe) runs
+  about twice as fast, losses tracking fp32's. Measure on a quiet machine: with other jobs on the
+  same cores bf16's threads suffer more from the contention than fp32's.
 * any other CPU: fp32. Without hardware bf16 the conversion is emulated and runs slower than fp32.
+
+The measurements are in docs/benchmarks.md, "CPU speed: bfloat16 and OpenVINO" and
+"``pretrain_throughput.py --compare-precision``".
 
 The detection goes through torch's own probes (``torch.cpu._is_amx_tile_supported``,
 ``torch.cpu._is_avx512_bf16_supported``) with ``/proc/cpuinfo`` flags as a fallback, so tests can
@@ -29,8 +29,8 @@ a fidelity gate (:mod:`cl_zoo.backends.int8`).
 Whatever runs inside, features and losses come back float32 (autocast only touches the matmuls and
 convolutions; losses upcast, see :mod:`cl_zoo.losses._common`). In training, the projection head
 also runs outside autocast (:class:`cl_zoo.methods.heads.ProjectionHead`): its output is what the
-loss compares, and rounding it to bf16 before the loss upcasts cost DCL 0.9 kNN points in issue 39's
-CPU A/B at 16 epochs and 2.2 at 64, which an fp32 head recovered.
+loss compares, and rounding it to bf16 before the loss upcasts costs DCL kNN accuracy, more the
+longer it trains, which an fp32 head recovers (docs/results.md, "bf16 and the projection head").
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class CpuCapability:
 
     @property
     def fast_bf16_training(self) -> bool:
-        """Whether bf16 training is known to beat fp32 (AMX 1.8x, AVX512_BF16 1.9-2.1x measured)."""
+        """Whether bf16 training is known to beat fp32 (measured on AMX and on AVX512_BF16; module docstring)."""
         return self.amx or self.avx512_bf16
 
     def describe(self) -> str:
@@ -134,7 +134,7 @@ def check_precision(precision: str) -> str:
 
 def resolve_precision(precision: str, device: torch.device | str, *, training: bool = False) -> str:
     """``auto`` -> ``bf16`` or ``fp32`` for ``device``; ``training`` asks the training question
-    (today the same answer as inference on every measured machine); explicit choices are kept."""
+    (the same answer as inference on every machine measured so far); explicit choices are kept."""
     check_precision(precision)
     if training and precision not in TRAINING_PRECISIONS:
         raise ClZooError(f"precision {precision!r} is for feature extraction; training takes {', '.join(TRAINING_PRECISIONS)}")

@@ -4,9 +4,9 @@ torch splits an op across its OpenMP threads, and each op ends at a barrier wher
 threads spin for the others. When every core is already taken (OpenVINO's streams and the decode
 processes during an embedding run) a thread the kernel has descheduled keeps its partners spinning,
 so a small piece of torch work costs several times its own CPU time: the one-image fp32 reference of
-the OpenVINO cache probe took 0.35-0.84 CPU-s with two threads beside two decoders and 0.22 with one
-(ResNet-50, 2-core AMX Xeon, issue 44), and on its own 0.12 either way. One thread does the same
-arithmetic without waiting for anyone.
+the OpenVINO cache probe, beside two decoders, cost up to four times as much with two threads as
+with one (docs/benchmarks.md, "On an Intel Xeon with AMX"). One thread does the same arithmetic
+without waiting for anyone.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 ``torchrun`` tells each process where it sits through ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
 the rendezvous address ``MASTER_ADDR``/``MASTER_PORT``. The same names are easily left behind in a
-shell or a job script, and each inconsistent set used to end differently: ``RANK=1`` alone made
-``cl-zoo embed --out DIR/`` exit 0 having written nothing (rank 1 of a job of one leaves the writing
-to a rank 0 that does not exist), ``RANK=abc`` was a ``ValueError`` traceback, ``WORLD_SIZE=0`` a
-division by zero, ``RANK=3 WORLD_SIZE=2`` torch's rendezvous traceback. Every reader (embedding's
+shell or a job script, and read where each is used, every inconsistent set ends differently:
+``RANK=1`` alone makes ``cl-zoo embed --out DIR/`` exit 0 having written nothing (rank 1 of a job of
+one leaves the writing to a rank 0 that does not exist), ``RANK=abc`` is a ``ValueError`` traceback,
+``WORLD_SIZE=0`` a division by zero, ``RANK=3 WORLD_SIZE=2`` torch's rendezvous traceback. Every reader (embedding's
 ``dist_info``, training's ``init_distributed``) goes through :func:`torchrun_env`, so a set that
 cannot describe a real job is one ``error:`` line naming the variables, before any work.
 """

@@ -41,10 +41,11 @@ def openvino_cache_dir() -> Path:
 
 # (path, device, inode, size, mtime_ns, ctime_ns) -> sha256, in this process: one engine setup
 # checks the fp32 entry twice (``is_cached`` for ``auto``, then the runner) and an int8 run checks it a
-# third time as the int8 entry's source, which hashed ResNet-50's 94 MB model.bin three times (0.14 s
-# of a 0.73 s warm int8 setup on the 2-core EPYC). A file changed in between has another stat, so it
-# is hashed again. Across processes the same rule holds through the user's own memo
-# (:mod:`cl_zoo.backends.verified`), never through anything kept in the cache itself.
+# third time as the int8 entry's source; without this memo ResNet-50's 94 MB model.bin would be hashed
+# three times, about a fifth of a warm int8 setup (docs/benchmarks.md, "On an AMD EPYC without AMX").
+# A file changed in between has another stat, so it is hashed again. Across processes the same rule
+# holds through the user's own memo (:mod:`cl_zoo.backends.verified`), never through anything kept
+# in the cache itself.
 _VERIFIED: dict[tuple[str, int, int, int, int, int], str] = {}
 
 

@@ -2,35 +2,15 @@
 by how well it keeps each image's nearest neighbours.
 
 Why int8, and why a gate. On VNNI/AMX CPUs int8 convolutions run about twice as fast as bf16
-(ResNet-50 at 224 px, batch 32, 2-core AMD EPYC with AVX512_VNNI, model only: OpenVINO fp32 26.2
-images/s, bf16 52.4, int8 100.7). But int8 moves features far more than bf16 does, and users embed
-to search and deduplicate, so the measure is neighbour recall, not accuracy on a label set: every
-int8 model is checked on images it was not calibrated on before it is used.
+(model-only rates in docs/benchmarks.md, "Choosing the int8 recipe"). But int8 moves features far
+more than bf16 does, and users embed to search and deduplicate, so the measure is neighbour recall,
+not accuracy on a label set: every int8 model is checked on images it was not calibrated on before
+it is used.
 
-What was measured to choose the recipe (the bundled default ``cacr_resnet18.imagenette64_cpu``,
-300 Imagenette val photos to calibrate, 724 others held out; recall@10 of each held-out image's
-neighbours among the held-out set against fp32, minimum cosine to fp32, model-only images/s at
-64 px on the 2-core EPYC):
-
-==============================================  =========  ========  ==========
-recipe                                          recall@10  min cos   images/s
-==============================================  =========  ========  ==========
-OpenVINO bf16 (reference)                       0.992      0.99995   772
-NNCF defaults (PERFORMANCE preset)              0.947      0.978     1400
-MIXED preset (asymmetric activations)           0.942      0.979     1326
-full bias correction                            0.946      0.978     1236
-ignore the first conv                           0.949      0.977     1230
-ignore the last block / all of layer4           0.946/0.950 0.978/0.979 986/861
-``quantize_with_accuracy_control`` (max drop    0.971      0.991     717
-0.03 on the held-out recall)
-MINMAX activation ranges                        0.970      0.999     1260
-==============================================  =========  ========  ==========
-
-Then on the measure users meet (1,000 Imagenette val queries against 3,000 train images, recall@10
-of int8 neighbours against fp32's; OpenVINO bf16 reaches 0.990), all with MINMAX ranges:
-256 calibration images 0.955, 1,024 images 0.954, MIXED preset 0.953, the last residual add kept
-float 0.955, the first conv kept float 0.961, **full bias correction 0.966** (used), full bias
-correction with the first conv kept float 0.966, with 512 images 0.965.
+The recipe (MINMAX activation ranges and NNCF's full bias correction, every layer int8) was chosen
+by neighbour recall and minimum cosine to fp32 on held-out images, against NNCF's defaults, its
+MIXED preset, layers kept in float and the accuracy-aware search; the measurements are in
+docs/benchmarks.md, "Choosing the int8 recipe".
 
 NNCF's default activation ranges clip outliers (quantiles), which suits classifiers whose argmax
 survives clipping; pooled features are averages over exactly those large activations, so clipping
@@ -41,7 +21,7 @@ layers in float cost speed and bought nothing once those two were on.
 
 The int8 graph compiles with an f32 inference hint: int8 layers run int8 either way, and with a
 bf16 hint OpenVINO 2026.4's CPU plugin failed on a float convolution left between int8 ones
-("Convolution node ... is not initialized"), while plain int8 ran no faster under it (1400 vs 1401).
+("Convolution node ... is not initialized"), while plain int8 ran no faster under it.
 
 Cache layout, beside the fp32 graph it was made from (:mod:`cl_zoo.backends.openvino`)::
 
@@ -127,10 +107,10 @@ def _calibration_memo_path(identity: str) -> Path:
 class CalibrationImages:
     """The calibration images of an int8 run, decoded only when the cache cannot answer without them.
 
-    Why: the int8 cache is keyed by the sha256 of the decoded calibration pixels, so a warm run
-    decoded every calibration image (up to :data:`CALIBRATION_SIZE`) only to hash them and find the
-    model it had quantized before: 0.41 s of a 0.73 s engine setup for ResNet-50 on 255 photos (2-core
-    EPYC), 6% of a 512-image ``embed``. The pixels' digest is remembered under the files' identity
+    Why: the int8 cache is keyed by the sha256 of the decoded calibration pixels, so without a memo a
+    warm run would decode every calibration image (up to :data:`CALIBRATION_SIZE`) only to hash them
+    and find the model it quantized before, over half of a warm int8 engine setup (docs/benchmarks.md,
+    "On an AMD EPYC without AMX"). The pixels' digest is remembered under the files' identity
     (``identity``: the caller's hash of each file's path, size and mtime and of the preprocessing,
     :func:`cl_zoo.fileio.files_fingerprint`), the trust the feature cache already gives file stats. A
     memo that is missing, malformed or for other files is ignored and the images are decoded; the

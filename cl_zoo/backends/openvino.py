@@ -15,7 +15,7 @@ Cache layout (``$CL_ZOO_CACHE/openvino``, default ``~/.cache/cl-zoo/openvino``):
     <key>/compiled-<precision>-n8/  OpenVINO's own compiled-blob cache for that precision hint, for
                                  the graph at a static batch of :data:`REQUEST_IMAGES` (8); the
                                  ``compiled-<precision>/`` blobs of the dynamic-batch graph that
-                                 cl-zoo cached until 2026-12 are removed once the static one compiles
+                                 older cl-zoo versions cached are removed once the static one compiles
 
 ``<key>`` hashes the weights (the same digest as embedding progress files), the preprocessing, the
 input size and the OpenVINO version: a retrained checkpoint with the same name never reuses a stale
@@ -33,19 +33,18 @@ model on a seeded probe batch (:data:`PROBE_MIN_COSINE`), which a forged record 
 compiled blob cannot pass. Any failure converts again, atomically, over the old entry. A passed
 probe is remembered in the user's own state folder for exactly the files that passed
 (:mod:`cl_zoo.backends.verified`: device, inode, size, mtime and ctime of each, unchanged from before
-the compile to after it), so an untouched entry is not probed in every new process (0.93-1.06 CPU-s
-of a fresh process's warm bf16 ResNet-50 start before, 0.54-0.62 after, 2-core AMX Xeon); any file
-written, replaced or added since is probed again.
+the compile to after it), so an untouched entry is not re-hashed and re-probed by every new process
+(that work was about two fifths of a fresh process's warm start: docs/benchmarks.md, "On an Intel
+Xeon with AMX"); any file written, replaced or added since is probed again.
 
 A model whose first operations cannot run in bf16 says so by defining
 ``float32_input_transform(rgb)`` and ``forward_transformed(x)`` (CMC's RGB -> Lab, whose a and b
-channels are differences of nearly equal cube roots: under the bf16 hint the ab half of the
-tier CMC's features fell to cosine 0.961 of float32, the whole to 0.980). For such a model the
+channels are differences of nearly equal cube roots, which bf16 cancels). For such a model the
 transform runs on the host in torch float32 (:class:`HostTransform`) and only the rest is converted,
-taking the transform's float32 NCHW output: the same model then keeps min cosine 0.99998 under
-bf16 (128 Imagenette val images), and the host-side colour conversion costs less than the bf16
-graph saves (347 images/s end to end against fp32's 223, ``benchmarks/int8_fidelity.py
---candidate bf16``).
+taking the transform's float32 NCHW output: the bf16 graph then keeps the features at float32's
+within rounding, and the host-side colour conversion costs less than the bf16 graph saves
+(``benchmarks/int8_fidelity.py --candidate bf16``; docs/benchmarks.md, "CMC's colour conversion
+on the host").
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from cl_zoo.backends.cache import (  # re-exported: the cache's names were first defined here
+from cl_zoo.backends.cache import (  # re-exported: callers import the cache's names from this module too
     RECORD_FORMAT,
     RECORD_NAME,
     discard_entry,
@@ -83,12 +82,12 @@ from cl_zoo.threads import torch_threads
 CACHE_FORMAT = 1
 # The least cosine a graph compiled from the cache must keep to the torch model on the probe batch.
 # A fresh conversion keeps >= 0.99999 in fp32 and >= 0.999 in bf16 (tests/test_precision.py); a planted
-# graph of other weights kept 0.49 (issue 40). int8 is probed on held-out calibration images, which its
-# gate already measured at >= MIN_COSINE (0.99) against fp32.
+# graph of other weights keeps about 0.5, far below every threshold. int8 is probed on held-out
+# calibration images, which its gate already measured at >= MIN_COSINE (0.99) against fp32.
 PROBE_MIN_COSINE = {"fp32": 0.999, "bf16": 0.99, "int8": 0.98}
-# One image: a graph of other weights or a damaged blob is far off on any input (0.49 above), and the
-# probe's torch fp32 reference is the costliest step of a warm start (2 images were 0.24 of a bf16
-# ResNet-50 start's 0.42 CPU-s on 2 cores, issue 44).
+# One image: a graph of other weights or a damaged blob is far off on any input (see above), and the
+# probe's torch fp32 reference is the costliest step of a warm start (two images were over half of a
+# warm bf16 ResNet-50 start: docs/benchmarks.md, "On an Intel Xeon with AMX").
 PROBE_IMAGES = 1
 _HINTS = {"fp32": "f32", "bf16": "bf16", "int8": "f32"}  # int8 layers run int8 under any hint (cl_zoo.backends.int8)
 
@@ -237,16 +236,13 @@ def _convert(model: nn.Module, input_hw: tuple[int, int], mean: Sequence[float],
 # Every infer request runs exactly this many images: the graph is compiled for a static batch of it,
 # and a batch is split into requests of this size (the last one padded). On a dynamic batch
 # dimension the CPU plugin re-plans the graph for every new shape and keeps checking shapes on every
-# call; static, it plans once at compile time. ResNet-50 on the 2-core AMX Xeon, model only, two
-# streams, mean of 3 rounds (CPU-ms per image; first call's extra CPU over a steady one;
-# ``benchmarks/openvino_requests.py``, 2026-12-02):
-#   int8: dynamic 16/request 5.20 (+46 ms first call), static 16 5.43, static 8 5.02 (+4 ms), static 4 5.09
-#   bf16: dynamic 16/request 9.29 (+89 ms first call), static 16 9.03, static 8 8.64 (+20 ms), static 4 8.98
-# so 8: 3.5% (int8) and 7% (bf16) less CPU per image than the dynamic graph, and a first call
-# that costs no more than the next. A fixed size (rather than batch size / streams) keeps one
-# compiled blob per precision whatever the batch size; a partial last request wastes at most 7 images.
-# End to end (512 JPEGs, batch 32, 3 alternating rounds): bf16 139-148 -> 151-162 images/s, int8
-# 207-220 -> 228-237.
+# call; static, it plans once at compile time. Of the sizes measured (4, 8, 16 against the dynamic
+# graph, ``benchmarks/openvino_requests.py``), 8 costs the least CPU per image on an AMX host (3-7%
+# less than the dynamic graph), loses nothing measurable without AMX, and makes the first call cost
+# no more than the next (docs/benchmarks.md, ``embed_throughput.py``: "static infer requests of 8
+# images" on the AMX Xeon, and "After the static requests" on the AMD EPYC). A fixed size (rather
+# than batch size / streams) keeps one compiled blob per precision whatever the batch size; a
+# partial last request wastes at most 7 images.
 REQUEST_IMAGES = 8
 
 
@@ -256,7 +252,7 @@ def _blob_folder(precision: str) -> str:
 
 
 def _legacy_blob_folder(precision: str) -> str:
-    """Where blobs of the dynamic-batch graph were cached until 2026-12 (removed once a static one compiles)."""
+    """Where older versions cached blobs of the dynamic-batch graph (removed once a static one compiles)."""
     return "compiled" if precision == "int8" else f"compiled-{precision}"
 
 

@@ -2,8 +2,8 @@
 
 OpenVINO compiles the whole network for the CPU (layout, fused kernels, bf16 on AMX/AVX512_BF16,
 several inference streams); measured on ResNet-50 at 224 px it runs about 2x faster than torch at
-the same precision, both with AMX (45 -> 91 images/s in bf16) and with AVX512_BF16 alone (9.4 -> 19.0)
-(numbers in :mod:`cl_zoo.precision`). Converting a model
+the same precision, both with AMX and with AVX512_BF16 alone (docs/benchmarks.md, "CPU speed:
+bfloat16 and OpenVINO"; the rule that picks the precision is :mod:`cl_zoo.precision`). Converting a model
 costs 5-15 s once; the converted model is cached per weights, precision and input size
 (:mod:`cl_zoo.backends.openvino`), so later runs only compile from the cache (under 3 s).
 

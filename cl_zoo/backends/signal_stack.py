@@ -7,7 +7,7 @@ models released in the order they were made leave the thread on the first one's 
 freed with it. Python installs every signal handler with ``SA_ONSTACK``. So the next signal with a
 Python handler makes the kernel write its frame into freed memory; SIGCHLD is such a signal once
 torch's DataLoader has run with workers, since it installs a handler for it. Two outcomes were seen:
-- SIGSEGV from the kernel: pytest was killed in ``close()``/``poll()`` of a subprocess, 2026-12-02;
+- SIGSEGV from the kernel: pytest was killed in ``close()``/``poll()`` of a subprocess;
 - silent corruption where the memory had been reused: a later crash in a dict lookup.
 
 Reproduced with OpenVINO alone: install a Python SIGCHLD handler, compile two models, delete them

@@ -1,11 +1,10 @@
 """What this user already checked in the OpenVINO cache, remembered across processes by file identity.
 
-A warm start of ``cl-zoo embed`` used to check its cache entry from scratch in every new process:
-hash ResNet-50's 94 MB ``model.bin`` against the entry's record (0.09 CPU-s) and run the compiled
-graph and the torch model on a probe image (0.22 CPU-s with the decoders beside it, after
-:mod:`cl_zoo.threads`; 0.35-0.84 before). On 2 cores that was a fifth of a second of every run and
-3-4% of a 512-image embedding (issue 44). Both checks give the same answer for the same bytes, so
-the answer is kept, keyed by what the files are:
+Checking a cache entry from scratch means hashing ResNet-50's 94 MB ``model.bin`` against the
+entry's record and running the compiled graph and the torch model on a probe image. Done by every
+new process, that is a few percent of a 512-image embedding on 2 cores (docs/benchmarks.md, "On an
+Intel Xeon with AMX"). Both checks give the same answer for the same bytes, so the answer is kept,
+keyed by what the files are:
 
 * a file's identity is ``(device, inode, size, mtime_ns, ctime_ns)`` of the file itself (never a
   symlink). Any write or replacement gives a new ctime or a new inode, and no unprivileged process

@@ -21,20 +21,19 @@ rotation runs only on the samples whose step it is.
 Every choice that depends on the parameters (which samples a step selects, their factors) is
 made on the CPU, where the parameters live, and reaches the device as a non-blocking copy: the
 augmentation never waits for the device. Selecting the hue and blur subsets from device masks
-(``nonzero``) cost a host sync per subset, 8 a step for two CIFAR views, and constants built with
+(``nonzero``) would cost a host sync per subset, and constants built with
 ``torch.tensor(..., device=cuda)`` a blocking copy each; each sync drains the queue of the previous
-step's backward before the host can launch the next kernels. On an H200 (DCL, ResNet-18, 32 px,
-batch 512, ``benchmarks/pretrain_throughput.py``, two alternating rounds in one call) the loop
-went from 56% and 64% of the step alone to 74% and 80%: 15,531 and 17,685 -> 20,175 and 22,400
-images/s, 1.28x. ``tests/data/test_augment.py`` audits for host waits on the meta device.
+step's backward before the host can launch the next kernels, and at 32 px those waits cost a large
+share of the step (the H200 measurements are in docs/benchmarks.md, "``pretrain_throughput.py``
+(GPU)"). ``tests/data/test_augment.py`` audits for host waits on the meta device.
 
-What was left is the host launching kernels: at 32 px each finishes in microseconds. Two CIFAR views
-of 512 images took 434 device ops a step (launches and copies; a DCL step's forward, backward and
-foreach SGD about 350). On a GPU the views of one recipe now go through the ops as one batch
-(:func:`apply_views`; the same values bit for bit), the hue is 21 kernels instead of 29 and a blend
-one ``lerp`` instead of four: 156 a step, counted on the meta device by a test. On a CPU, where the
-larger batch falls out of cache, views stay one call each; the leaner ops made two CIFAR views of
-512 about 20% faster there (2-core EPYC, AVX2, 2026-12-03: median 146 -> 112 and 117 -> 93 ms).
+With no waits, what bounds the loop is the host launching kernels: at 32 px each finishes in
+microseconds, and the augmentation of two CIFAR views would otherwise take more device ops than a
+DCL step's forward, backward and foreach SGD together. So on a GPU the views of one recipe go
+through the ops as one batch (:func:`apply_views`; the same values bit for bit), the hue is one
+fused computation (:func:`adjust_hue`) and a blend one ``lerp``; the ops a step are counted on the
+meta device by ``test_two_cifar_views_take_few_device_kernels``. On a CPU, where the larger batch
+falls out of cache, views stay one call each (:func:`batches_views`).
 """
 
 from __future__ import annotations
@@ -354,8 +353,9 @@ def adjust_hue(x: torch.Tensor, shift) -> torch.Tensor:
     Every channel's hue candidate is computed at once (channel c's numerator is channel c+1 minus
     channel c+2, cyclically: g - b, b - r, r - g) and the largest channel's is gathered. ``max``
     returns the first largest channel (red wins ties, then green, as in torchvision), though on a tie
-    both candidates give the same hue up to rounding. 21 kernels where the ``torch.where`` chain took 29:
-    on a GPU at 32 px each is a launch, and the host's launches, not the arithmetic, bound the loop.
+    both candidates give the same hue up to rounding. Fewer kernels than a ``torch.where`` chain over
+    the channels: on a GPU at 32 px each is a launch, and the host's launches, not the arithmetic,
+    bound the loop.
     """
     maxc, largest = x.max(dim=1, keepdim=True)
     delta = maxc - x.amin(dim=1, keepdim=True)
@@ -464,8 +464,9 @@ def batches_views(device: torch.device) -> bool:
 
     On a GPU at 32 px every op is a kernel launch of microseconds' work, so the host's launches set
     the pace: one call for both views of a DCL step halves them (and the parameter copies). On a CPU
-    the larger tensors fall out of cache instead: 2 x 512 CIFAR views took 104-115 ms batched against
-    62-75 ms one view at a time (2026-12-02, 2-core EPYC). Either way the views are the same bit for bit.
+    the larger tensors fall out of cache instead, and batching two CIFAR views of 512 is slower than
+    one view at a time (docs/benchmarks.md, "``pretrain_throughput.py`` (GPU)", "Fewer launches").
+    Either way the views are the same bit for bit.
     """
     return device.type != "cpu"
 

@@ -214,8 +214,8 @@ def _parquet_paths(source: bytes | IO[bytes], name: str) -> list[str]:
             raise DataError(f"{name} has no text column of paths (looked for {', '.join(PATH_COLUMNS)}, then any string column)")
     elif not textual(chosen.type):
         raise DataError(f"column {chosen.name!r} of {name} holds {chosen.type}, not text paths")
-    # What the metadata declares is checked before a row is decoded (issue 40: 6.7 KB declaring 2M rows
-    # cost +351 MiB, 161 KB declaring 50M a MemoryError).
+    # What the metadata declares is checked before a row is decoded: a few kilobytes of Parquet can
+    # declare millions of rows, and decoding them first costs hundreds of MiB or a MemoryError.
     meta = table.metadata
     if meta.num_rows > MAX_LIST_ROWS:
         raise DataError(f"{name} declares {meta.num_rows} rows, more than {MAX_LIST_ROWS}, the limit for a list of paths")

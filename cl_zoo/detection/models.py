@@ -128,8 +128,8 @@ def default_head(backbone: nn.Module) -> Head:
 
     It agrees with the detectron2 launcher (``default_preset``), which must pick FPN there because
     detectron2's C4 head builds res5 from bottleneck blocks. For a ResNet-18 the FPN head is also the
-    one to run on a CPU: C4 runs res5 once per sampled RoI (512 per image by default), measured at
-    42-99 s per iteration against 11 s for FPN at batch 2 and 256 px (issue 42)."""
+    one to run on a CPU: C4 runs res5 once per sampled RoI (512 per image by default), which made
+    its iterations 4-9 times as long as FPN's (docs/benchmarks.md, "Detection heads on a CPU")."""
     last = list(backbone.layer4.children())[-1] if _is_resnet(backbone) else None
     return "c4" if last is not None and hasattr(last, "conv3") else "fpn"
 

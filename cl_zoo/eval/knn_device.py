@@ -1,16 +1,15 @@
 """The weighted kNN vote of :mod:`cl_zoo.eval.knn` on torch tensors, on the device that holds them.
 
 Why a second search beside faiss: the pretraining loop's kNN monitor (k=20/200, T=0.1 on CIFAR-10's
-10,000 test images against its 50,000 training images, every ``knn_every`` epochs) used to copy every
-feature batch to the host and search with faiss on the CPU, so a GPU sat idle for the whole search
-while training waited (issue 39: a monitor that does not stall training). On a GPU the similarity
-matrix is one matrix product and ``topk`` a few kernels, and the features never leave the device.
+10,000 test images against its 50,000 training images, every ``knn_every`` epochs) must not stall
+training. Copying every feature batch to the host and searching with faiss on the CPU leaves a GPU
+idle for the whole search while training waits. On a GPU the similarity matrix is one matrix
+product and ``topk`` a few kernels, and the features never leave the device.
 
-On a CPU faiss stays the monitor's search: ``benchmarks/knn_monitor.py`` measures both in one run, and
-on 2 AMD EPYC cores (2026-12-02) this search took 1.39x faiss's time at CIFAR-10's sizes (4.85 against
-3.48 s) and 1.86x at the CPU tier's Imagenette sizes (0.64 against 0.35 s). ``cl-zoo knn`` always uses
-faiss: this module serves the monitor alone. Its speed on a GPU has not been measured yet: the
-benchmark's first GPU run says whether the change pays there.
+On a CPU faiss stays the monitor's search: ``benchmarks/knn_monitor.py`` measures both in one run,
+and on a CPU this search takes longer than faiss's at both CIFAR-10's and the CPU tier's sizes
+(docs/benchmarks.md, "``knn_monitor.py``"). ``cl-zoo knn`` always uses faiss: this module serves the
+monitor alone. Its speed on a GPU is for the same benchmark to measure there.
 
 The rule is :func:`cl_zoo.eval.knn.vote`'s: cosine similarity, the k nearest training features vote
 for their class with weight ``exp((sim - best_sim) / T)``, the class with the largest summed weight

@@ -74,7 +74,7 @@ class ContrastiveMethod(nn.Module):
       length (JCL's lambda ramp, cosine momentum);
     * ``ddp_find_unused_parameters``: passed to DistributedDataParallel. DDP waits for a gradient
       of every trainable parameter, so a method whose steps can leave some unused must say so
-      (it costs an extra graph traversal per step, hence off by default; no method needs it now).
+      (it costs an extra graph traversal per step, hence off by default; no built-in method needs it).
 
     The trainer also calls :meth:`check_batch_size` before it loads any data.
 

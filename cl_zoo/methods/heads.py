@@ -6,12 +6,11 @@ linear layer. The head is discarded after pretraining: only the backbone is expo
 
 The head runs in float32 even inside a bf16/fp16 training step. Its output is what the loss
 compares, at temperatures of 0.07-0.2: the losses upcast their inputs (:mod:`cl_zoo.losses._common`),
-but an output already rounded to bf16's 8 mantissa bits has lost what they upcast for. In issue 39's
-CPU A/B (``benchmarks/lightly_ab.py``, DCL, CIFAR-10 subset, 304 steps, seeds 0-2) bf16 with the
-head under autocast reached kNN 37.73 +- 0.29, below fp32's 38.65 +- 0.33 on every seed, and bf16
-with the head in fp32 38.77 +- 0.82 (each seed 0.6-1.75 above the autocast head). At 64 epochs the
-gap grew to 1.7 and 2.7 points (seeds 1, 0: 41.05 against 43.25 on average). The cost is two small
-matmuls in fp32 next to the backbone's convolutions: epochs took the same 4.1-4.8 s with either head.
+but an output already rounded to bf16's 8 mantissa bits has lost what they upcast for. In the CPU
+A/B of ``benchmarks/lightly_ab.py`` (DCL, CIFAR-10 subset) bf16 with the head under autocast
+trailed fp32's kNN on every seed, by more the longer it trained, while bf16 with the head in fp32
+matched fp32 (docs/results.md, "bf16 and the projection head"). The cost is two small matmuls in
+fp32 next to the backbone's convolutions: epochs took the same time with either head.
 """
 
 from __future__ import annotations

@@ -61,7 +61,7 @@ class EmbeddingQueue(nn.Module):
 
 @torch.no_grad()
 def queue_health(queries: Tensor, negatives: Tensor) -> dict[str, Tensor]:
-    """Mean cosines that tell a collapsing queue from a slow start (issue 16's diagnosis).
+    """Mean cosines that tell a collapsing queue from a slow start.
 
     ``neg_sim``: mean cosine between the batch's queries and the queued negatives; ``queue_sim``:
     mean cosine between two different queue entries. A healthy queue of diverse keys keeps both

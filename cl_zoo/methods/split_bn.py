@@ -5,7 +5,7 @@ its key are normalised with statistics of the same images, so the batch statisti
 belongs to which query, and the pretext task is solved without learning good features.
 MoCo's fix shuffles the key batch across GPUs before the key encoder, so a query and its key
 see the statistics of different subsets. On one device there is no other GPU to shuffle to.
-lightly's CIFAR-10 benchmark (the reference issue 39 measures MoCo v2 against, 84.7%) simulates 8
+lightly's CIFAR-10 benchmark (the reference the zoo's MoCo v2 is measured against, 84.7%) simulates 8
 GPUs instead. Its backbone uses ``SplitBatchNorm`` over 8 splits (cifar10_benchmark.py v1.5.26, L297
 "num_splits = 0 if sync_batchnorm else 8"), and it shuffles the key batch before the momentum
 encoder (L328 "x1_, shuffle = utils.batch_shuffle(x1_, distributed=distributed)") and restores the

@@ -42,9 +42,9 @@ def float32_lab(rgb: torch.Tensor) -> torch.Tensor:
 class LabSplit(nn.Module):
     """RGB [0, 1] -> (L [B,1,H,W], ab [B,2,H,W]), each scaled to about [-1, 1], in float32.
 
-    Training used to run it under autocast: the CPU tier's CMC checkpoints (its three seeds and the
-    shared-crop control) were trained with the RGB -> XYZ product in bf16, before this conversion
-    kept float32 (issue 23's runs were finished first, so their seeds stay comparable).
+    The CPU tier's CMC checkpoints (its three seeds and the shared-crop control) were trained with
+    this conversion under autocast, the RGB -> XYZ product in bf16; they are kept as one set so
+    their seeds stay comparable. Training runs it in float32.
     """
 
     def forward(self, rgb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

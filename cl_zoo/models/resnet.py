@@ -12,9 +12,9 @@ A width multiplier scales the residual stages (CMC's x0.5/x1/x2 encoders); the s
 
 The two blocks are written out here rather than imported from ``torchvision.models.resnet``, for
 a measured reason: importing any part of torchvision runs its ``__init__``, which imports
-``torchvision.ops`` and through ``roi_align`` all of ``torch._dynamo``: 1.4-1.6 s of the 5 s that
-``cl-zoo embed examples/photos`` took on the 2-core AMX Xeon, for a command that needs no
-torchvision at all (issue 44, 2026-12-02). They are torchvision 0.29's ``BasicBlock`` and
+``torchvision.ops`` and through ``roi_align`` all of ``torch._dynamo``, about a third of the wall
+time of ``cl-zoo embed examples/photos`` on 2 cores, for a command that needs no torchvision at all
+(docs/benchmarks.md, "On an Intel Xeon with AMX"). They are torchvision 0.29's ``BasicBlock`` and
 ``Bottleneck`` (V1.5: the stride on the 3x3 conv), modules created in the same order, so a seed
 gives bit-identical weights; ``tests/models/test_resnet_blocks.py`` checks that against torchvision
 itself, and the forward pass.
