@@ -698,8 +698,10 @@ class Trainer:
             saved = here
         if saved is None:
             return TrainingInterrupted("interrupted before the first step was trained; nothing was saved", None)
-        into = f" + {saved.step}/{self.steps_per_epoch} steps" if saved.step else ""
-        kept = f"epoch {saved.epoch}{into} of {self.recipe.epochs} (step {saved.global_step})"
+        epochs, into = saved.epoch, f" + {saved.step}/{self.steps_per_epoch} steps" if saved.step else ""
+        if saved.step == self.steps_per_epoch:  # every step of the epoch: only its end (monitor, log row) is redone
+            epochs, into = saved.epoch + 1, ""
+        kept = f"epoch {epochs}{into} of {self.recipe.epochs} (step {saved.global_step})"
         return TrainingInterrupted(f"interrupted: kept {kept} in {ckpt.resolve()}", ckpt)
 
     def _flush(self, tally: StepTally, logs: dict[str, torch.Tensor] | None, epoch: int, global_step: int,

@@ -105,3 +105,28 @@ def test_progress_lines_show_each_shown_step_s_own_loss(tmp_path, folder, capsys
     assert [line.split()[2] for line in lines] == [f"{i}/6" for i in range(1, 7)]
     losses = [line.split("loss=")[1].split()[0] for line in lines]
     assert len(set(losses)) == len(losses), lines
+
+
+def test_ctrl_c_at_an_epoch_end_keeps_every_step_and_resumes_without_a_duplicate_row(tmp_path, folder, capsys, monkeypatch):
+    """Ctrl-C after an epoch's last step, before its end was recorded (the kNN monitor, the barrier):
+    the steps are kept and the resumed run redoes only the epoch's end."""
+    import cl_zoo.train.loop as loop
+
+    barrier, calls = loop.launch.barrier, []
+
+    def barrier_hit_by_ctrl_c(env):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return barrier(env)
+
+    monkeypatch.setattr(loop.launch, "barrier", barrier_hit_by_ctrl_c)
+    out = tmp_path / "run"
+    code, _, err = run_cli_captured([*RUN, "--no-progress", "--data", str(folder), "--out", str(out)], capsys)
+    assert code == 130 and f"interrupted: kept epoch 1 of 2 (step 6) in {(out / 'checkpoint.pt').resolve()}" in err, err
+    monkeypatch.undo()
+    code, _, err = run_cli_captured(["pretrain", "--out", str(out), "--resume", "--no-progress"], capsys)
+    assert code == 0, err
+    state = load_state(out / "checkpoint.pt")
+    assert (state["epoch"], state["global_step"]) == (2, 12)
+    assert [row["epoch"] for row in state["history"]] == [1, 2]
