@@ -4,7 +4,7 @@ Examples::
 
     cl-zoo pretrain --recipe recipes/dcl_cifar10.yaml --data cifar10-jpeg.tar.gz --val cifar10-jpeg.tar.gz --out runs/dcl
     cl-zoo pretrain --method dcl --arch resnet18 --data imagenette128-train.tar.gz --image-size 64 --epochs 50 --out runs/x
-    cl-zoo pretrain --out runs/dcl --resume                     # continue after a crash
+    cl-zoo pretrain --out runs/dcl --resume                     # continue after a crash or Ctrl-C
     cl-zoo pretrain ... --checkpoint-every 500                  # long epochs: keep progress every 500 steps
     torchrun --nproc-per-node 8 -m cl_zoo.cli pretrain --recipe ... --out ...   # several GPUs
 
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 @click.option("--compile/--no-compile", "compile_", default=None, help="torch.compile the backbone.")
 @click.option("--sync-bn/--no-sync-bn", default=None, help="SyncBatchNorm across processes (CUDA).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any recipe key (dotted).")
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint (Ctrl-C writes one and prints this command).")
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N.")
 @click.option("--stream/--in-memory", default=None, help="Force the streaming DataLoader path or the decoded in-memory path "
               "(default: in memory when the decoded dataset fits in half the device memory).")
