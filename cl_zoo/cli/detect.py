@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from cl_zoo.cli.rerun import rerun_command
 from cl_zoo.errors import ClZooError
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ def _backbone_identity(model: str, prefix: str | None, random_init: bool = False
 
 @click.command("detect")
 @click.option("--engine", type=click.Choice(["torchvision", "detectron2"]), default="torchvision", show_default=True,
-              help="torchvision runs here, without extra installs; detectron2 launches its train_net.py.")
+              help="torchvision runs here; its COCO AP needs pycocotools (pip install 'cl-zoo[detection]'; "
+                   "--val-split none trains without it). detectron2 launches its train_net.py.")
 @click.option("--config", "preset", default=None,
               help="Protocol preset: voc-c4, coco-c4-1x, coco-c4-2x, coco-fpn-1x (detectron2 default: voc-c4 "
                    "for a VOC --data folder, coco-c4-1x for a COCO one).")
@@ -189,6 +191,7 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     --data/--val-data folders (VOC or COCO layout) are registered inside train_net.py. EXTRA (after
     --) are further detectron2 overrides for keys no option sets, e.g. -- TEST.PRECISE_BN.NUM_ITER 50.
     """
+    from cl_zoo.detection.limits import check_detection_values
     from cl_zoo.detection.presets import PROTOCOL_DEFAULTS, get_run_preset
 
     output = _out_folder(output, output_alias)
@@ -210,6 +213,8 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
         note = ("note: on a CPU without --preset, --config or --max-iter: using --preset cpu-quick, not the "
                 "24,000-iteration GPU protocol (--config voc-c4 runs that)")
     chosen = get_run_preset(run_preset) if run_preset is not None else None
+    if chosen is not None and max_iter is not None:  # its LR steps and warm-up at the same fractions of the run
+        chosen = chosen.scaled_to(max_iter)
     if chosen is not None:
         for key, value in chosen.values().items():
             if key == "head":  # below --head and --config's head; detectron2 takes its head from --config
@@ -220,9 +225,23 @@ def detect_command(engine: str, preset: str | None, model_spec: str, prefix: str
     for key, value in PROTOCOL_DEFAULTS.items():
         if given[key] is None:
             given[key] = value
+    check_detection_values({**given, "freeze_at": freeze_at, "val_limit": val_limit, "workers": workers, "seed": seed,
+                            "num_gpus": num_gpus}, as_flags=True)
+    if resume and engine == "torchvision":
+        from cl_zoo.detection.train import check_resumable
+
+        check_resumable(Path(output), resume)
     return _run(engine, preset, model_spec, prefix, random_init, data, val_data, train_split, val_split, given,
                 norm, freeze_at, val_limit, workers, seed, device, output, resume, num_gpus, dry_run, no_progress,
                 precision, extra, note, voice)
+
+
+def _protocol_steps(preset: Any, max_iter: int | None, defaults: Any) -> tuple[int, ...]:
+    """The protocol's LR steps, moved to the same fractions of a --max-iter that shortens or stretches it."""
+    from cl_zoo.detection.presets import scale_steps
+
+    of_iters, steps = (preset.max_iter, preset.steps) if preset else (defaults.max_iter, defaults.steps)
+    return scale_steps(steps, of_iters, max_iter) if max_iter is not None else tuple(steps)
 
 
 def _out_folder(out: str | None, deprecated: str | None) -> str:
@@ -287,7 +306,7 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
         batch_size=given["batch_size"],
         lr=given["lr"],
         max_iter=given["max_iter"] if given["max_iter"] is not None else (p.max_iter if p else defaults.max_iter),
-        steps=given["steps"] if given["steps"] is not None else (p.steps if p else defaults.steps),
+        steps=given["steps"] if given["steps"] is not None else _protocol_steps(p, given["max_iter"], defaults),
         warmup_iters=given["warmup_iters"] if given["warmup_iters"] is not None else (p.warmup_iters if p else defaults.warmup_iters),
         min_sizes_train=given["min_sizes_train"] or (p.min_sizes_train if p else defaults.min_sizes_train),
         min_size_test=given["min_size_test"] or (p.min_size_test if p else defaults.min_size_test),
@@ -335,7 +354,9 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
                              progress=not no_progress, model_name=model_spec, backbone_identity=identity)
     except DetectionInterrupted as exc:
         message = " ".join(str(exc).split())
-        click.echo(("\n" if exc.abandoned else "") + f"interrupted: {message}", err=True)  # after the bar's line
+        click.echo(f"\ninterrupted: {message}" + ("; to continue, run:" if exc.checkpoint is not None else ""), err=True)
+        if exc.checkpoint is not None:
+            click.echo(f"  {rerun_command(click.get_current_context(), add=['--resume'])}", err=True)
         if exc.abandoned:
             # The training thread is inside an op that cannot be interrupted; waiting for it (as the
             # interpreter's exit would, for its locks and DataLoader) is what Ctrl-C must not do.

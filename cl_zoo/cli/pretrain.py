@@ -4,7 +4,7 @@ Examples::
 
     cl-zoo pretrain --recipe recipes/dcl_cifar10.yaml --data cifar10-jpeg.tar.gz --val cifar10-jpeg.tar.gz --out runs/dcl
     cl-zoo pretrain --method dcl --arch resnet18 --data imagenette128-train.tar.gz --image-size 64 --epochs 50 --out runs/x
-    cl-zoo pretrain --out runs/dcl --resume                     # continue after a crash
+    cl-zoo pretrain --out runs/dcl --resume                     # continue after a crash or Ctrl-C
     cl-zoo pretrain ... --checkpoint-every 500                  # long epochs: keep progress every 500 steps
     torchrun --nproc-per-node 8 -m cl_zoo.cli pretrain --recipe ... --out ...   # several GPUs
 
@@ -15,10 +15,15 @@ reaches any recipe key (``--set optim.weight_decay=1e-6 --set method_args.temper
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from cl_zoo.errors import ClZooError
+
+if TYPE_CHECKING:
+    from cl_zoo.train.loop import TrainingInterrupted
 
 
 @click.command(context_settings={"show_default": True})
@@ -47,7 +52,7 @@ from cl_zoo.errors import ClZooError
 @click.option("--compile/--no-compile", "compile_", default=None, help="torch.compile the backbone.")
 @click.option("--sync-bn/--no-sync-bn", default=None, help="SyncBatchNorm across processes (CUDA).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any recipe key (dotted).")
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint (Ctrl-C writes one and prints this command).")
 @click.option("--device", default="auto", help="auto, cpu, cuda or cuda:N.")
 @click.option("--stream/--in-memory", default=None, help="Force the streaming DataLoader path or the decoded in-memory path "
               "(default: in memory when the decoded dataset fits in half the device memory).")
@@ -65,7 +70,7 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
     from cl_zoo.fileio import check_output_path
 
     run_dir = check_output_path(out, folder=True, create_parents=True)  # before the training code is imported, data opened or a model built
-    from cl_zoo.train.loop import Trainer
+    from cl_zoo.train.loop import Trainer, TrainingInterrupted
     from cl_zoo.train.recipe import Recipe, parse_overrides, schedule_rescale_note
 
     overrides: dict[str, object] = {
@@ -100,7 +105,11 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         trainer = Trainer(recipe, data, run_dir, val=val, data_root=data_root, resume=resume, device=device, stream=stream,
                           progress=progress and not quiet)
-        result = trainer.fit()
+        try:
+            result = trainer.fit()
+        except TrainingInterrupted as stopped:
+            echo_interrupted(stopped, run_dir)
+            return stopped.exit_code
     if as_json:
         click.echo(json.dumps({"run": str(result.run_dir), "model": str(result.model_dir) if result.model_dir else None,
                                "epochs": result.epochs, "metrics": result.metrics}, indent=1))
@@ -108,3 +117,13 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
         knn = ", ".join(f"{k}={100 * v:.2f}%" for k, v in sorted(result.metrics.items()))
         click.echo(f"exported {result.model_dir}" + (f" ({knn})" if knn else ""))
     return 0
+
+
+def echo_interrupted(stopped: "TrainingInterrupted", run_dir: Path) -> None:
+    """What Ctrl-C kept, and the command that continues the run (its recipe and data come from the
+    run folder, so ``--out`` and ``--resume`` are all it needs)."""
+    import shlex
+
+    click.echo(f"\n{stopped}" + ("; to continue, run:" if stopped.checkpoint is not None else ""), err=True)
+    if stopped.checkpoint is not None:
+        click.echo(f"  {shlex.join(['cl-zoo', 'pretrain', '--out', str(run_dir.resolve()), '--resume'])}", err=True)

@@ -103,19 +103,15 @@ def decode_to_tensor(
     if not workers:
         workers = default_workers()
     starts = range(0, len(paths), _CHUNK)
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from cl_zoo.progress import Progress
 
-        bar = tqdm(total=len(paths), desc=f"decoding {size}px", unit="img", leave=False)
+    bar = Progress(len(paths), desc=f"decoding {size}px", unit="img", enabled=progress, leave=False)
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # PIL releases the GIL while decoding
             for done in pool.map(work, starts):
-                if bar is not None:
-                    bar.update(done)
+                bar.update(done)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     if cache_file is not None:
         _save_atomic(out, cache_file)
     return torch.from_numpy(out)

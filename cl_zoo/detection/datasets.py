@@ -261,9 +261,12 @@ def load_coco(images_dir: str | os.PathLike[str], annotation_file: str | os.Path
     return DetectionData(samples, classes, category_ids, skipped, "coco", str(annotation_file))
 
 
-def load_detection_data(root: str | os.PathLike[str], split: str, classes: Sequence[str] | None = None) -> DetectionData:
+def load_detection_data(root: str | os.PathLike[str], split: str, classes: Sequence[str] | None = None,
+                        *, split_option: str = "--train-split") -> DetectionData:
     """Open ``root`` in whichever layout it has: VOC (``Annotations/``) or COCO
-    (``annotations/instances_<split>.json`` with images in ``<split>/``)."""
+    (``annotations/instances_<split>.json`` with images in ``<split>/``).
+
+    ``split_option`` is the option that picks ``split``, named when a COCO folder lacks it."""
     root = Path(root)
     if not root.is_dir():
         raise DataError(f"dataset folder {root} does not exist")
@@ -272,6 +275,12 @@ def load_detection_data(root: str | os.PathLike[str], split: str, classes: Seque
     ann = root / "annotations" / f"instances_{split}.json"
     if ann.is_file():
         return load_coco(root / split, ann)
+    splits = sorted(p.name[len("instances_"):-len(".json")] for p in (root / "annotations").glob("instances_*.json"))
+    if splits:
+        role = "val" if "val" in split_option else "train"
+        pick = next((name for name in splits if role in name), splits[0])
+        raise DataError(f"{root} is a COCO folder without annotations/instances_{split}.json; its splits are "
+                        f"{', '.join(splits)}: pass {split_option} {pick}")
     raise DataError(
         f"{root} is neither a VOC folder (Annotations/, JPEGImages/, ImageSets/Main/) nor a COCO folder "
         f"with annotations/instances_{split}.json"

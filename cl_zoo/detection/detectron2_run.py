@@ -25,12 +25,13 @@ import math
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from cl_zoo.bundled import bundled_folder
 from cl_zoo.detection.detectron2_datasets import Detectron2Dataset, describe_dataset, shared_classes
+from cl_zoo.detection.limits import check_detection_values
 from cl_zoo.detection.presets import Preset, get_preset
 from cl_zoo.errors import ClZooError
 from cl_zoo.fileio import atomic_write_json, read_bounded_json
@@ -164,6 +165,7 @@ def _refuse_unmappable(o: Detectron2Options, preset: Preset) -> None:
         if o.val_split is not None and o.val_split.lower() != "none":
             raise ClZooError("--val-split needs --data with --engine detectron2 (only 'none' applies to the "
                              "config's builtin datasets)")
+    check_detection_values({f.name: getattr(o, f.name) for f in fields(o)}, as_flags=True)
     for flag, value in (("--max-iter", o.max_iter), ("--batch-size", o.batch_size),
                         ("--checkpoint-period", o.checkpoint_period), ("--rois-per-image", o.rois_per_image),
                         ("--proposals-test", o.proposals_test), ("--max-size", o.max_size),

@@ -6,7 +6,7 @@ and, for the detectron2 engine, the YAML in ``transfer/detectron2/`` that encode
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from cl_zoo.errors import ClZooError
 
@@ -81,6 +81,14 @@ class RunPreset:
         """Option destination -> value (``head`` included; the detectron2 engine leaves it to --config)."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
 
+    def scaled_to(self, max_iter: int) -> "RunPreset":
+        """This preset for a run of ``max_iter`` iterations: LR steps and warm-up at the same fractions
+        of the run, so a shortened run still decays (steps kept at 100/130 never fire in 60)."""
+        if max_iter == self.max_iter:
+            return self
+        return replace(self, max_iter=max_iter, steps=scale_steps(self.steps, self.max_iter, max_iter),
+                       warmup_iters=round(self.warmup_iters * max_iter / self.max_iter))
+
     def as_options(self) -> str:
         """The command-line options that reproduce this preset without it."""
         words = []
@@ -102,6 +110,13 @@ RUN_PRESETS: dict[str, RunPreset] = {
         checkpoint_period=50,
     ),
 }
+
+
+def scale_steps(steps: tuple[int, ...], of_iters: int, to_iters: int) -> tuple[int, ...]:
+    """LR-decay iterations of a ``of_iters`` schedule moved to the same fractions of ``to_iters``."""
+    if of_iters <= 0:
+        return tuple(steps)
+    return tuple(round(s * to_iters / of_iters) for s in steps)
 
 
 def get_run_preset(name: str) -> RunPreset:

@@ -13,11 +13,11 @@ with ``resume=True`` continues from ``last.pt``.
 
 Ctrl-C (SIGINT): the iterations run in a worker thread while the main thread waits, so the signal is
 seen at once however long an iteration's C++ work takes (Python runs signal handlers only in the
-main thread, between bytecodes: a C4 iteration at batch 16 spent minutes inside ``loss.backward()``
-and Ctrl-C waited for it, issue 42). The worker stops at its next check (before the backward, before
-the optimizer step, between iterations) and writes ``last.pt`` with the state before the unfinished
-iteration; if that takes longer than ``INTERRUPT_GRACE_S`` (or Ctrl-C comes twice),
-the run is abandoned and the last periodic checkpoint is what stays. DataLoader workers ignore SIGINT,
+main thread, between bytecodes: a C4 iteration at batch 16 spent minutes inside ``loss.backward()``).
+The main thread then writes ``last.pt`` itself with the state after the last finished iteration,
+without waiting for the unfinished one (the weights change only in ``optimizer.step()``, which it
+excludes with a lock, and the BatchNorm statistics are copied after every step), and gives the
+worker ``INTERRUPT_GRACE_S`` to stop at its next check before leaving it behind. DataLoader workers ignore SIGINT,
 so a terminal's Ctrl-C, which reaches the whole process group, cannot kill them under the loop.
 """
 
@@ -41,10 +41,13 @@ import torch.nn as nn
 from cl_zoo.data.workers import default_workers
 from cl_zoo.detection.datasets import DetectionData, DetectionDataset, collate, load_detection_data
 from cl_zoo.detection.evaluate import evaluate_detections
+from cl_zoo.detection.limits import check_detection_values
 from cl_zoo.detection.models import build_faster_rcnn, default_head
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
 from cl_zoo.fileio import atomic_save_torch, atomic_write_json
+from cl_zoo.interrupts import held_interrupts
 from cl_zoo.precision import autocast, resolve_precision, why
+from cl_zoo.progress import Progress
 
 
 @dataclass
@@ -89,6 +92,10 @@ class DetectionConfig:
             factor *= self.warmup_factor * (1 - alpha) + alpha
         return self.base_lr * factor
 
+    def validate(self) -> None:
+        """Every number inside what it can mean (:mod:`cl_zoo.detection.limits`), one line if not."""
+        check_detection_values(dataclasses.asdict(self))
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["steps"], d["min_sizes_train"] = list(self.steps), list(self.min_sizes_train)
@@ -96,8 +103,8 @@ class DetectionConfig:
         return d
 
 
-# How long Ctrl-C waits for the current iteration to finish and its checkpoint to be written.
-INTERRUPT_GRACE_S = 15.0
+# How long Ctrl-C, once last.pt is written, waits for the worker to leave the unfinished iteration.
+INTERRUPT_GRACE_S = 5.0
 
 
 class DetectionInterrupted(ClZooError):
@@ -105,9 +112,22 @@ class DetectionInterrupted(ClZooError):
 
     exit_code = 130
 
-    def __init__(self, message: str, *, abandoned: bool = False) -> None:
+    def __init__(self, message: str, *, abandoned: bool = False, checkpoint: Path | None = None) -> None:
         super().__init__(message)
         self.abandoned = abandoned
+        self.checkpoint = checkpoint  # what --resume continues from; None: nothing was saved
+
+
+def check_resumable(out: Path | None, resume: bool) -> None:
+    """``--resume`` needs ``OUT/last.pt``: without one it would silently start at iteration 0."""
+    if resume and (out is None or not (out / "last.pt").is_file()):
+        where = f"{out} holds no last.pt" if out is not None else "no output folder"
+        raise CheckpointError(f"--resume: nothing to resume, {where}; run without --resume to start the run")
+
+
+def _buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of the model's buffers (BatchNorm statistics: a few KB), which each forward changes."""
+    return {name: b.detach().clone() for name, b in model.named_buffers()}
 
 
 def ignore_sigint(_worker_id: int = 0) -> None:
@@ -118,8 +138,11 @@ def ignore_sigint(_worker_id: int = 0) -> None:
 Outcome = Literal["done", "stopped", "abandoned"]
 
 
-def run_stoppable(work: Callable[[threading.Event], None], grace_s: float = INTERRUPT_GRACE_S) -> Outcome:
-    """Run ``work(stop)`` in a thread; on KeyboardInterrupt set ``stop`` and wait up to ``grace_s``.
+def run_stoppable(work: Callable[[threading.Event], None], grace_s: float = INTERRUPT_GRACE_S,
+                  on_stop: Callable[[], None] | None = None) -> Outcome:
+    """Run ``work(stop)`` in a thread; on KeyboardInterrupt set ``stop``, call ``on_stop()`` here in
+    the main thread (what must be kept whatever the worker is doing: the checkpoint), then wait up
+    to ``grace_s`` for the worker.
 
     The main thread only waits here, in short interruptible waits, so Ctrl-C is noticed within a
     fraction of a second whatever ``work`` is doing. ``work`` must return soon after ``stop`` is set
@@ -147,6 +170,8 @@ def run_stoppable(work: Callable[[threading.Event], None], grace_s: float = INTE
     except KeyboardInterrupt:
         stop.set()
         try:
+            if on_stop is not None:
+                on_stop()
             if not finished.wait(grace_s):
                 return "abandoned"
         except KeyboardInterrupt:  # a second Ctrl-C: do not wait for the iteration
@@ -209,17 +234,20 @@ def _infinite_batches(dataset: DetectionDataset, cfg: DetectionConfig, start: in
 def predict(model: nn.Module, data: DetectionData, device: torch.device, batch_size: int = 2,
             workers: int = 0, progress: bool = False, precision: str = "fp32") -> list[dict[str, np.ndarray]]:
     """Detections for every sample, in original image pixels (float32 whatever ``precision`` ran)."""
-    from tqdm import tqdm
-
     model.eval()
     loader = torch.utils.data.DataLoader(DetectionDataset(data, train=False), batch_size=batch_size,
                                          collate_fn=collate, num_workers=workers, worker_init_fn=ignore_sigint)
     out: list[dict[str, np.ndarray]] = []
-    for images, _ in tqdm(loader, desc="evaluate", unit="batch", disable=not progress, leave=False):
-        with autocast(device, precision):
-            dets = model([im.to(device) for im in images])
-        for det in dets:
-            out.append({k: (det[k].float() if k != "labels" else det[k]).cpu().numpy() for k in ("boxes", "scores", "labels")})
+    bar = Progress(len(loader), desc="evaluate", unit="batches", enabled=progress, leave=False)
+    try:
+        for images, _ in loader:
+            with autocast(device, precision):
+                dets = model([im.to(device) for im in images])
+            for det in dets:
+                out.append({k: (det[k].float() if k != "labels" else det[k]).cpu().numpy() for k in ("boxes", "scores", "labels")})
+            bar.update(1)
+    finally:
+        bar.close()
     return out
 
 
@@ -262,10 +290,9 @@ def train_detector(
         raise ClZooError("fp16 needs CUDA (loss scaling); use bf16, auto or fp32 on the CPU")
     if progress:
         print(f"precision: {precision} ({why(precision, device, training=True)}; requested {cfg.precision})", flush=True)
-    if cfg.batch_size < 1 or cfg.max_iter < 0:
-        raise ClZooError("batch size must be >= 1 and max_iter >= 0")
-    if list(cfg.steps) != sorted(cfg.steps):
-        raise ClZooError(f"LR steps must increase, got {list(cfg.steps)}")
+    cfg.validate()
+    out = Path(output_dir) if output_dir is not None else None
+    check_resumable(out, resume)
     kept = [s for s in train_data.samples if len(s.boxes) > 0 and not s.difficult.all()]
     if not kept and cfg.max_iter > 0:
         raise DataError(f"no training image has a usable box ({train_data.summary()})")
@@ -283,7 +310,6 @@ def train_detector(
     ).to(device)
     optimizer = torch.optim.SGD(_param_groups(model, cfg), lr=cfg.lr_at(0), momentum=cfg.momentum)
 
-    out = Path(output_dir) if output_dir is not None else None
     start = 0
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -308,35 +334,48 @@ def train_detector(
                            "train": train_data.summary(), "val": val_data.summary() if val_data else None},
                           allow_nan=False)
 
-    def save(iteration: int) -> None:
-        if out is not None:
-            atomic_save_torch(out / "last.pt", {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+    # The worker holds ``guard`` to change the weights or write last.pt; Ctrl-C's save (main thread)
+    # takes it too, so it writes the state after the last finished iteration whatever the worker is
+    # doing: mid-forward the weights are as that iteration left them, and the BatchNorm statistics the
+    # forward is updating are taken from ``done``, copied after each step.
+    guard = threading.Lock()
+    done: dict[str, Any] = {"iteration": start, "buffers": _buffers(model)}
+    saved = {"iteration": start if resume and start else None}  # what last.pt holds, as far as this run knows
+
+    def save(iteration: int, buffers: dict[str, torch.Tensor] | None = None) -> None:
+        if out is None:
+            return
+        state = model.state_dict()
+        if buffers is not None:
+            state.update({k: v for k, v in buffers.items() if k in state})
+        with held_interrupts():  # a Ctrl-C mid-write waits for it: last.pt is replaced whole or not at all
+            atomic_save_torch(out / "last.pt", {"model": state, "optimizer": optimizer.state_dict(),
                                                 "iteration": iteration, "classes": train_data.classes,
                                                 "precision": precision})
+        saved["iteration"] = iteration
 
-    from tqdm import tqdm
+    def save_on_stop() -> None:
+        """Main thread, after Ctrl-C: last.pt at the last finished iteration, unless it holds it already."""
+        while not guard.acquire(timeout=0.2):  # the worker holds it for a step or its own save: short
+            pass
+        try:
+            if done["iteration"] != saved["iteration"] and done["iteration"] > start:
+                save(done["iteration"], done["buffers"])
+        finally:
+            guard.release()
 
     losses: list[float] = []
-    saved = {"iteration": start if resume and start else None}  # what last.pt holds, as far as this run knows
     t0 = time.perf_counter()
 
     def train_loop(stop: threading.Event) -> None:
         model.train()
         _set_sizes(model, cfg.min_sizes_train)
         dataset = DetectionDataset(train_data, train=True)
-        bar = tqdm(total=cfg.max_iter, initial=start, desc="detect", unit="it", disable=not progress)
+        bar = Progress(cfg.max_iter, initial=start, desc="detect", unit="it", enabled=progress)
         batches = _infinite_batches(dataset, cfg, start)
         try:
-            def stopped(iteration: int) -> bool:
-                """Ctrl-C: save the state before ``iteration`` (unchanged until optimizer.step)."""
-                if not stop.is_set():
-                    return False
-                save(iteration)
-                saved["iteration"] = iteration
-                return True
-
             for iteration in range(start, cfg.max_iter):
-                if stopped(iteration):
+                if stop.is_set():
                     return
                 images, targets = next(batches)
                 for group in optimizer.param_groups:
@@ -348,41 +387,42 @@ def train_detector(
                 loss = sum(v.float() for v in loss_dict.values())
                 if not torch.isfinite(loss):
                     raise ClZooError(f"loss became {loss.item()} at iteration {iteration}; lower --lr or add warm-up")
-                if stopped(iteration):  # the forward and the backward each take seconds on a CPU
+                if stop.is_set():  # the forward and the backward each take seconds on a CPU
                     return
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                if stopped(iteration):
-                    return
-                optimizer.step()
+                with guard:
+                    if stop.is_set():  # Ctrl-C's save holds the state before this step
+                        return
+                    optimizer.step()
+                    done.update(iteration=iteration + 1, buffers=_buffers(model))
+                    if cfg.checkpoint_period and (iteration + 1) % cfg.checkpoint_period == 0 and iteration + 1 < cfg.max_iter:
+                        save(iteration + 1)
                 losses.append(float(loss.item()))
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", lr=f"{cfg.lr_at(iteration):.4g}")
                 bar.update(1)
-                if cfg.checkpoint_period and (iteration + 1) % cfg.checkpoint_period == 0 and iteration + 1 < cfg.max_iter:
-                    save(iteration + 1)
-                    saved["iteration"] = iteration + 1
-            save(cfg.max_iter)
-            saved["iteration"] = cfg.max_iter
+            with guard:
+                if not stop.is_set():
+                    save(cfg.max_iter)
         finally:
             bar.close()
             batches.close()  # shuts the DataLoader's workers down now, not at garbage collection
 
     if start < cfg.max_iter:
-        outcome = run_stoppable(train_loop)
+        outcome = run_stoppable(train_loop, grace_s=INTERRUPT_GRACE_S, on_stop=save_on_stop)
         if outcome != "done":
             where = out / "last.pt" if out is not None else None
             if where is None:
                 kept = "no output folder, nothing saved"
             elif saved["iteration"] is None:
-                kept = f"no checkpoint yet in {out}"
-            elif outcome == "stopped":
-                kept = f"saved {where} at iteration {saved['iteration']}; rerun the same command with --resume to continue"
+                kept = f"no iteration finished, nothing saved in {out}"
             else:
-                kept = (f"the iteration was still running after {INTERRUPT_GRACE_S:.0f} s or a second Ctrl-C: kept {where} from iteration "
-                        f"{saved['iteration']} (the last periodic checkpoint); rerun the same command with --resume to continue")
-            done = saved["iteration"] if outcome == "stopped" and saved["iteration"] is not None else len(losses) + start
-            raise DetectionInterrupted(f"Ctrl-C after {done} of {cfg.max_iter} iterations: {kept}",
-                                       abandoned=outcome == "abandoned")
+                kept = f"saved {where} at iteration {saved['iteration']}"
+            if outcome == "abandoned":
+                kept += " (the unfinished iteration was left behind)"
+            raise DetectionInterrupted(f"Ctrl-C after {done['iteration']} of {cfg.max_iter} iterations: {kept}",
+                                       abandoned=outcome == "abandoned",
+                                       checkpoint=where if saved["iteration"] is not None else None)
     train_seconds = time.perf_counter() - t0
 
     metrics: dict[str, float] = {}
@@ -440,7 +480,7 @@ def open_datasets(train_roots: Sequence[str], train_split: str, val_root: str | 
     val = None
     if val_split:
         val = load_detection_data(val_root or train_roots[0], val_split,
-                                  train.classes if train.layout == "voc" else None)
+                                  train.classes if train.layout == "voc" else None, split_option="--val-split")
         if val.layout == "coco" and val.category_ids != train.category_ids:
             raise DataError("validation categories differ from the training categories")
     return train, val

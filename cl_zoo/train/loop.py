@@ -23,7 +23,12 @@ and are read in one transfer on logged steps (every ``LOG_EVERY``), before a che
 end of an epoch; that is also where a non-finite loss is found, naming its exact step.
 
 Fault injection for tests: ``CL_ZOO_FAULT_KILL_STEP=N`` SIGKILLs the process before global step
-``N``; ``CL_ZOO_FAULT_NAN_STEP=N`` makes step ``N``'s loss NaN.
+``N``; ``CL_ZOO_FAULT_NAN_STEP=N`` makes step ``N``'s loss NaN; ``CL_ZOO_FAULT_INTERRUPT_STEP=N`` sends the
+process SIGINT (Ctrl-C) as step ``N`` starts.
+
+Ctrl-C waits for the step in progress (a second one does not), then writes the state after the
+last finished step and raises :class:`TrainingInterrupted`; a Ctrl-C during a checkpoint write
+waits for the write, so the file on disk is always whole.
 """
 
 from __future__ import annotations
@@ -47,9 +52,11 @@ from cl_zoo.errors import CheckpointError, ClZooError, DataError
 from cl_zoo.eval.knn import knn_classify, validate_split_labels
 from cl_zoo.eval.knn_device import knn_top1_on_device
 from cl_zoo.fileio import atomic_write_bytes, atomic_write_text
+from cl_zoo.interrupts import held_interrupts
 from cl_zoo.methods import build_method_from_recipe
 from cl_zoo.optional import is_installed, missing_message
 from cl_zoo.precision import resolve_precision, why
+from cl_zoo.progress import Progress
 from cl_zoo.train import launch
 from cl_zoo.train.data import (
     InMemoryBatches,
@@ -86,6 +93,28 @@ def collapse_warning(epoch: int, mean_pos_sim: float | None) -> str | None:
     return (f"warning: epoch {epoch}: the embeddings collapsed (mean cosine between an image's views {mean_pos_sim:.4f}): "
             "every image maps to nearly the same point and the loss cannot fall; lower the lr, add warm-up "
             "(--set schedule.warmup_epochs=10) or BatchNorm in the head (--set method_args.head_bn=true)")
+
+
+class TrainingInterrupted(ClZooError):
+    """Ctrl-C stopped the run; ``checkpoint`` holds its last whole state (None: nothing was trained)."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, checkpoint: Path | None) -> None:
+        super().__init__(message)
+        self.checkpoint = checkpoint
+
+
+@dataclass(frozen=True)
+class _Position:
+    """Where a run is at a point where its state is whole: what a checkpoint written there records."""
+
+    epoch: int  # completed epochs
+    global_step: int
+    step: int  # steps done inside ``epoch``
+    history_len: int  # epoch rows of the history that belong to this state
+    seen: int = 0
+    tally: StepTally | None = None
 
 
 class NonFiniteLossError(ClZooError):
@@ -151,6 +180,20 @@ def monitor_search_for(device: torch.device) -> str:
     return "device" if device.type == "cuda" else "faiss"
 
 
+def check_batch_fits(recipe: Recipe, num_views: int, world_size: int, available: int) -> None:
+    """Refuse a batch whose augmented views alone (float32, one process's share) exceed ``available``
+    bytes: the activations need many times more, so such a run could only die of MemoryError."""
+    per_process = max(1, recipe.batch_size // world_size)
+    size = recipe.data.image_size
+    needed = per_process * num_views * 3 * size * size * 4
+    if needed > available:
+        raise ClZooError(
+            f"a batch of {per_process} images x {num_views} views at {size}x{size} px needs at least "
+            f"{needed / 2**30:.1f} GiB for its input tensors alone, more than the {available / 2**30:.1f} GiB free; "
+            "lower --image-size or --batch-size"
+        )
+
+
 class Trainer:
     """One pretraining run; construct (validates everything), then :meth:`fit`."""
 
@@ -191,6 +234,9 @@ class Trainer:
                 recipe = self._recipe_for_resume(recipe, self.state, ckpt_path)
             elif not self.run_dir.is_dir():
                 raise CheckpointError(f"--resume: run folder {self.run_dir} does not exist")
+            else:
+                raise CheckpointError(f"--resume: nothing to resume, {self.run_dir} holds no {CHECKPOINT_NAME} "
+                                      "(no step was saved); run without --resume to start the run")
         elif ckpt_path.is_file():
             raise ClZooError(f"{self.run_dir} already holds a run ({CHECKPOINT_NAME}); pass --resume or another --out")
         if recipe is None:
@@ -206,6 +252,7 @@ class Trainer:
         self.data_root = str(data_root) if data_root is not None else None
         self.data_spec, self.data_split = str(data), data_split
         self.val_spec, self.val_split = (str(val) if val is not None else None), val_split
+        recipe.validate()  # a Recipe built in Python, not through from_dict, gets the same checks
         self.recipe = recipe
         r = recipe
 
@@ -223,6 +270,7 @@ class Trainer:
             self.method.check_batch_size(r.batch_size)  # a method's own constraint (SiMo: K < batch)
         except ValueError as exc:
             raise ClZooError(f"{r.method}: {exc}") from None
+        check_batch_fits(r, self.num_views, env.world_size, _memory_budget(env.device) * 2)
         if r.sync_bn and env.distributed and env.device.type != "cuda":
             raise ClZooError("sync_bn with several processes needs CUDA (torch's SyncBatchNorm has no CPU kernel)")
 
@@ -478,7 +526,8 @@ class Trainer:
         }
         if partial is not None:
             state["partial_epoch"] = partial
-        save_state(self.run_dir / CHECKPOINT_NAME, state)
+        with held_interrupts():  # a Ctrl-C mid-write waits for it: the checkpoint is replaced whole or not at all
+            save_state(self.run_dir / CHECKPOINT_NAME, state)
 
     def _restore(self) -> tuple[int, int, list[dict[str, Any]], dict[str, Any] | None]:
         st = self.state
@@ -496,7 +545,8 @@ class Trainer:
             self.scaler.load_state_dict(st["grad_scaler"])
         restore_rng_state(st["rng"])
         partial = st.get("partial_epoch")
-        if partial is not None and not 0 < int(partial["step"]) < self.steps_per_epoch:
+        # ``step == steps_per_epoch``: Ctrl-C came after an epoch's last step, before its end was recorded
+        if partial is not None and not 0 < int(partial["step"]) <= self.steps_per_epoch:
             raise CheckpointError(
                 f"cannot resume: checkpoint is {partial['step']} steps into an epoch of {self.steps_per_epoch}"
             )
@@ -522,72 +572,81 @@ class Trainer:
         logger = RunLogger(self.run_dir, resume_epoch=start_epoch) if env.is_main else None
         kill_at = _fault_step("CL_ZOO_FAULT_KILL_STEP")
         nan_at = _fault_step("CL_ZOO_FAULT_NAN_STEP")
+        interrupt_at = _fault_step("CL_ZOO_FAULT_INTERRUPT_STEP")
         peak_lr = r.effective_lr
         last_knn: dict[str, float] = next((dict(h["knn"]) for h in reversed(history) if h.get("knn")), {})
         if env.is_main and (start_epoch or partial):
             into = f" + {partial['step']}/{self.steps_per_epoch} steps" if partial else ""
             print(f"resumed {self.run_dir} at epoch {start_epoch}/{r.epochs}{into}")
         self.method.train()
+        # The last point where the run's state is whole (after a step, or at an epoch's end): what
+        # Ctrl-C saves. ``saved`` is the point the checkpoint on disk holds.
+        here = _Position(start_epoch, global_step, int(partial["step"]) if partial else 0, len(history))
+        saved: _Position | None = here if self.state is not None else None
         try:
             for epoch in range(start_epoch, r.epochs):
-                bar = None
-                if env.is_main and self.progress:
-                    from tqdm.auto import tqdm
-
-                    bar = tqdm(total=self.steps_per_epoch, desc=f"epoch {epoch + 1}/{r.epochs}", unit="step",
-                               dynamic_ncols=True, leave=True)
                 t0 = time.perf_counter()
                 seen = start_step = 0
                 resumed_sum = None
                 if partial is not None and epoch == start_epoch:  # resumed mid-epoch
                     start_step, seen = int(partial["step"]), int(partial["seen"])
                     resumed_sum = partial["loss_sum"]
-                    if bar is not None:
-                        bar.update(start_step)
+                bar = None
+                if env.is_main and self.progress:
+                    bar = Progress(self.steps_per_epoch, desc=f"epoch {epoch + 1}/{r.epochs}", unit="steps",
+                                   initial=start_step)
                 tally = StepTally(env.device, self.steps_per_epoch, start_step, resumed_sum)
+                here = _Position(epoch, global_step, start_step, len(history), seen, tally)
                 resumed_seen = seen  # throughput counts this process's steps only
                 lr = peak_lr
                 for i, (index, views) in enumerate(self.batches.epoch(epoch, start_step), start=start_step):
                     if kill_at is not None and global_step == kill_at:
                         os.kill(os.getpid(), signal.SIGKILL)
-                    progress_ = epoch + i / self.steps_per_epoch
-                    lr = peak_lr * lr_factor(r, global_step, self.steps_per_epoch)
-                    set_lr(self.optimizer, lr)
-                    if self.channels_last:
-                        views = [v.contiguous(memory_format=torch.channels_last) for v in views]
-                    with torch.autocast(env.device.type, dtype=self.autocast_dtype, enabled=self.amp):
-                        loss, logs = self.model(views, index, progress_)
-                    if nan_at is not None and global_step == nan_at:
-                        loss = loss * float("nan")
-                    loss_value = launch.all_reduce_mean(env, loss.detach().float())
-                    # A non-finite loss is found at the next flush (below), which names this step; the
-                    # steps in between only touch weights that are never saved.
-                    self.optimizer.zero_grad(set_to_none=True)
-                    self.scaler.scale(loss).backward()
-                    self.scaler.step(self.optimizer)
-                    self.scaler.update()
-                    self.method.after_optimizer_step(epoch + (i + 1) / self.steps_per_epoch)
-                    tally.record(i, loss_value, logs)
-                    seen += 1
-                    global_step += 1
-                    if bar is not None:
-                        bar.update(1)
-                    log_now = is_log_step(i, global_step)  # the same on every rank, so all stop together on NaN
-                    save_now = bool(r.checkpoint_every) and global_step % r.checkpoint_every == 0 and i + 1 < self.steps_per_epoch
-                    if log_now or save_now:  # a checkpoint must never hold an unchecked step
-                        read = self._flush(tally, logs if log_now else None, epoch, global_step, start_epoch, peak_lr)
-                        if log_now:
-                            step_logs = {"loss": read.losses[-1], "lr": lr,
-                                         **{k: v for k, v in read.values.items() if k != "loss"}}
-                            if logger is not None:
-                                logger.log_step(global_step, step_logs)
-                            if bar is not None:
+                    if interrupt_at is not None and global_step == interrupt_at:
+                        os.kill(os.getpid(), signal.SIGINT)
+                    # Ctrl-C waits for the step to finish: mid-step the weights, the optimizer and a
+                    # method's queues are half-updated, a state no checkpoint may hold.
+                    with held_interrupts(second_forces=True):
+                        progress_ = epoch + i / self.steps_per_epoch
+                        lr = peak_lr * lr_factor(r, global_step, self.steps_per_epoch)
+                        set_lr(self.optimizer, lr)
+                        if self.channels_last:
+                            views = [v.contiguous(memory_format=torch.channels_last) for v in views]
+                        with torch.autocast(env.device.type, dtype=self.autocast_dtype, enabled=self.amp):
+                            loss, logs = self.model(views, index, progress_)
+                        if nan_at is not None and global_step == nan_at:
+                            loss = loss * float("nan")
+                        loss_value = launch.all_reduce_mean(env, loss.detach().float())
+                        # A non-finite loss is found at the next flush (below), which names this step; the
+                        # steps in between only touch weights that are never saved.
+                        self.optimizer.zero_grad(set_to_none=True)
+                        self.scaler.scale(loss).backward()
+                        self.scaler.step(self.optimizer)
+                        self.scaler.update()
+                        self.method.after_optimizer_step(epoch + (i + 1) / self.steps_per_epoch)
+                        tally.record(i, loss_value, logs)
+                        seen += 1
+                        global_step += 1
+                        here = dataclasses.replace(here, global_step=global_step, step=i + 1, seen=seen)
+                        log_now = is_log_step(i, global_step)  # the same on every rank, so all stop together on NaN
+                        save_now = bool(r.checkpoint_every) and global_step % r.checkpoint_every == 0 and i + 1 < self.steps_per_epoch
+                        read = None
+                        if log_now or save_now:  # a checkpoint must never hold an unchecked step
+                            read = self._flush(tally, logs if log_now else None, epoch, global_step, start_epoch, peak_lr)
+                            if log_now and logger is not None:
+                                logger.log_step(global_step, {"loss": read.losses[-1], "lr": lr,
+                                                              **{k: v for k, v in read.values.items() if k != "loss"}})
+                        if bar is not None:
+                            if bar.due():  # the loss of this very step, read (one host sync) only when it is shown
+                                loss_now = read.losses[-1] if read is not None else float(tally.losses[i])
                                 elapsed = max(time.perf_counter() - t0, 1e-9)
-                                bar.set_postfix(loss=f"{read.losses[-1]:.4f}", lr=f"{lr:.3g}",
-                                                img_s=f"{(seen - resumed_seen) * r.batch_size / elapsed:.0f}", refresh=False)
+                                bar.set_postfix(loss=f"{loss_now:.4f}", lr=f"{lr:.3g}",
+                                                img_s=f"{(seen - resumed_seen) * r.batch_size / elapsed:.0f}")
+                            bar.update(1)
                     if save_now:
                         self._save(epoch, global_step, [dict(h) for h in history],
                                    partial={"step": i + 1, "seen": seen, "loss_sum": tally.loss_sum.detach().cpu()})
+                        saved = here
                 end = self._flush(tally, None, epoch, global_step, start_epoch, peak_lr, epoch_end=True)
                 if bar is not None:
                     bar.close()
@@ -608,7 +667,10 @@ class Trainer:
                     last_knn = knn or last_knn
                     row.update(knn)
                 launch.barrier(env)
-                history.append({"epoch": epoch + 1, **{k: v for k, v in row.items()}, "knn": knn})
+                epoch_history = [*history, {"epoch": epoch + 1, **{k: v for k, v in row.items()}, "knn": knn}]
+                self._save(epoch + 1, global_step, [{k: v for k, v in h.items()} for h in epoch_history])
+                history = epoch_history
+                here = saved = _Position(epoch + 1, global_step, 0, len(history))
                 if logger is not None:
                     logger.log_epoch(epoch + 1, row)
                     msg = " ".join(f"{k}={v:.4g}" for k, v in row.items())
@@ -616,13 +678,31 @@ class Trainer:
                     warning = collapse_warning(epoch + 1, tally.mean_pos_sim(end))
                     if warning:
                         print(warning, flush=True)
-                self._save(epoch + 1, global_step, [{k: v for k, v in h.items()} for h in history])
                 launch.barrier(env)
             model_dir = self._export(last_knn, logger) if (self.export and env.is_main) else None
+        except KeyboardInterrupt:
+            raise self._interrupted(here, saved, history, start_epoch, peak_lr) from None
         finally:
             if logger is not None:
                 logger.close()
         return PretrainResult(self.run_dir, model_dir, r.epochs, last_knn, history)
+
+    def _interrupted(self, here: _Position, saved: _Position | None, history: list[dict[str, Any]],
+                     start_epoch: int, peak_lr: float) -> TrainingInterrupted:
+        """Save the last whole state (unless the checkpoint already holds it) and say what was kept."""
+        ckpt = self.run_dir / CHECKPOINT_NAME
+        if (saved is None or saved.global_step != here.global_step) and here.step > 0 and here.tally is not None:
+            self._flush(here.tally, None, here.epoch, here.global_step, start_epoch, peak_lr)  # never save a NaN step
+            self._save(here.epoch, here.global_step, [dict(h) for h in history[: here.history_len]],
+                       partial={"step": here.step, "seen": here.seen, "loss_sum": here.tally.loss_sum.detach().cpu()})
+            saved = here
+        if saved is None:
+            return TrainingInterrupted("interrupted before the first step was trained; nothing was saved", None)
+        epochs, into = saved.epoch, f" + {saved.step}/{self.steps_per_epoch} steps" if saved.step else ""
+        if saved.step == self.steps_per_epoch:  # every step of the epoch: only its end (monitor, log row) is redone
+            epochs, into = saved.epoch + 1, ""
+        kept = f"epoch {epochs}{into} of {self.recipe.epochs} (step {saved.global_step})"
+        return TrainingInterrupted(f"interrupted: kept {kept} in {ckpt.resolve()}", ckpt)
 
     def _flush(self, tally: StepTally, logs: dict[str, torch.Tensor] | None, epoch: int, global_step: int,
                start_epoch: int, peak_lr: float, *, epoch_end: bool = False) -> Flush:

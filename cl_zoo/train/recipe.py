@@ -29,6 +29,7 @@ YAML shape (every key optional; defaults below)::
 from __future__ import annotations
 
 import copy
+import math
 import re
 import dataclasses
 import types
@@ -41,6 +42,27 @@ import yaml
 
 from cl_zoo.bundled import bundled_folder
 from cl_zoo.errors import ClZooError
+from cl_zoo.validation import (
+    InvalidValueError,
+    check_nesting,
+    check_number,
+    check_numbers,
+    check_yaml_nesting,
+    decode_text,
+)
+
+# Upper bounds far past any real run, low enough that a typo (an extra zero or five) is caught before
+# it allocates a batch of 10^12 pixels or schedules a million-year run.
+MAX_EPOCHS = 100_000
+MAX_BATCH = 1 << 20
+MAX_IMAGE_SIZE = 4096  # pixels a side; contrastive recipes train at 32-224
+MAX_STEPS = 1_000_000_000
+MAX_WORKERS = 1024
+MAX_SEED = 2**32 - 1  # NumPy's generators take seeds below 2**32
+MAX_LR = 100.0  # the base lr, before batch-size scaling (LARS recipes use 0.3-4.8)
+MAX_TEMPERATURE = 100.0
+MAX_RECIPE_BYTES = 1 << 20  # recipes are a few hundred bytes; a bigger file is not one
+MAX_NUMBER_CHARS = 64  # digits in a YAML number: Python refuses to convert past 4,300 with a traceback
 
 # Where bare recipe names (``--recipe dcl_cifar10``) are looked up: the bundled recipes/ folder,
 # inside the installed package or, in a checkout, the repository's own.
@@ -108,6 +130,7 @@ class Recipe:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None, *, source: str = "recipe") -> "Recipe":
         """Build and validate a recipe from a plain mapping (e.g. parsed YAML)."""
+        check_nesting(data, source)
         recipe = _build(cls, data or {}, source)
         recipe.validate(source)
         return recipe
@@ -116,18 +139,15 @@ class Recipe:
     def load(cls, path_or_name: str | Path) -> "Recipe":
         """Read a YAML recipe: a path, or a bare name of a bundled recipe (``dcl_cifar10``)."""
         path = resolve_recipe_path(path_or_name)
+        source = f"recipe {path}"
         try:
-            data = yaml.load(path.read_text(encoding="utf-8"), Loader=_RecipeLoader)  # noqa: S506 - a SafeLoader
-        except _AliasRefused as exc:
-            raise ClZooError(
-                f"recipe {path}: YAML anchors and aliases are not allowed (line {exc.line}: {exc.what}); write the values out"
-            ) from None
-        except yaml.YAMLError as exc:
-            line = getattr(getattr(exc, "problem_mark", None), "line", None)
-            where = f" (line {line + 1})" if line is not None else ""
-            raise ClZooError(f"recipe {path}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+            with path.open("rb") as fh:
+                raw = fh.read(MAX_RECIPE_BYTES + 1)
         except OSError as exc:
-            raise ClZooError(f"recipe {path}: cannot read: {exc.strerror or exc}") from None
+            raise ClZooError(f"{source}: cannot read: {exc.strerror or exc}") from None
+        if len(raw) > MAX_RECIPE_BYTES:
+            raise InvalidValueError(f"{source}: larger than {MAX_RECIPE_BYTES >> 20} MiB; a recipe is a short YAML file")
+        data = parse_recipe_yaml(decode_text(raw, source), source)
         if data is not None and not isinstance(data, dict):
             raise ClZooError(f"recipe {path}: expected a mapping at the top level, got {type(data).__name__}")
         return cls.from_dict(data, source=f"recipe {path}")
@@ -176,39 +196,45 @@ class Recipe:
 
     # ------------------------------------------------------------------ checks
     def validate(self, source: str = "recipe") -> None:
-        """Range checks that types alone cannot express."""
-        positive = {
-            "epochs": self.epochs,
-            "batch_size": self.batch_size,
-            "data.image_size": self.data.image_size,
-            "optim.base_batch": self.optim.base_batch,
-        }
-        for key, value in positive.items():
-            if value <= 0:
-                raise ClZooError(f"{source}: {key} must be positive, got {value}")
-        non_negative = {
-            "knn_every": self.knn_every,
-            "checkpoint_every": self.checkpoint_every,
-            "workers": self.workers,
-            "optim.weight_decay": self.optim.weight_decay,
-            "optim.momentum": self.optim.momentum,
-            "schedule.warmup_epochs": self.schedule.warmup_epochs,
-        }
-        for key, value in non_negative.items():
-            if value < 0:
-                raise ClZooError(f"{source}: {key} must be >= 0, got {value}")
-        if not self.optim.lr > 0:
-            raise ClZooError(f"{source}: optim.lr must be positive, got {self.optim.lr}")
-        if not 0 < self.schedule.gamma <= 1:
-            raise ClZooError(f"{source}: schedule.gamma must be in (0, 1], got {self.schedule.gamma}")
-        if sorted(self.schedule.milestones) != list(self.schedule.milestones):
-            raise ClZooError(f"{source}: schedule.milestones must be increasing, got {self.schedule.milestones}")
-        if self.schedule.warmup_epochs > self.epochs:
-            raise ClZooError(
-                f"{source}: schedule.warmup_epochs ({self.schedule.warmup_epochs}) exceeds epochs ({self.epochs})"
-            )
-        if self.optim.nesterov and self.optim.name != "sgd":
-            raise ClZooError(f"{source}: optim.nesterov only applies to sgd, not {self.optim.name}")
+        """Range checks that types alone cannot express: every number finite and inside what it can
+        mean, so a NaN momentum or a 5,000-epoch warm-up is refused before a model is built."""
+        try:
+            self._check_ranges()
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"{source}: {exc}") from None
+
+    def _check_ranges(self) -> None:
+        for key, value, high in (
+            ("epochs", self.epochs, MAX_EPOCHS),
+            ("batch_size", self.batch_size, MAX_BATCH),
+            ("data.image_size", self.data.image_size, MAX_IMAGE_SIZE),
+            ("optim.base_batch", self.optim.base_batch, MAX_BATCH),
+        ):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
+                raise InvalidValueError(f"{key} must be positive, got {value}")
+            check_number(key, value, low=1, high=high, integer=True)
+        check_number("knn_every", self.knn_every, low=0, high=MAX_EPOCHS, integer=True)
+        check_number("checkpoint_every", self.checkpoint_every, low=0, high=MAX_STEPS, integer=True)
+        check_number("workers", self.workers, low=0, high=MAX_WORKERS, integer=True)
+        check_number("seed", self.seed, low=0, high=MAX_SEED, integer=True)
+        o, s = self.optim, self.schedule
+        check_number("optim.lr", o.lr, low=0, low_open=True, high=MAX_LR)
+        check_number("optim.momentum", o.momentum, low=0, high=1, high_open=True)
+        check_number("optim.weight_decay", o.weight_decay, low=0, high=1)
+        check_number("schedule.warmup_epochs", s.warmup_epochs, low=0)
+        check_number("schedule.gamma", s.gamma, low=0, low_open=True, high=1)
+        check_numbers("schedule.milestones", s.milestones, low=0)
+        if sorted(s.milestones) != list(s.milestones):
+            raise InvalidValueError(f"schedule.milestones must be increasing, got {s.milestones}")
+        if s.warmup_epochs > self.epochs:
+            raise InvalidValueError(f"schedule.warmup_epochs ({s.warmup_epochs}) exceeds epochs ({self.epochs})")
+        if o.nesterov and o.name != "sgd":
+            raise InvalidValueError(f"optim.nesterov only applies to sgd, not {o.name}")
+        for group in ("model_args", "method_args"):
+            _check_finite_numbers(group, getattr(self, group))
+        temperature = self.method_args.get("temperature")
+        if temperature is not None:
+            check_number("method_args.temperature", temperature, low=0, low_open=True, high=MAX_TEMPERATURE)
 
     @property
     def effective_lr(self) -> float:
@@ -244,11 +270,27 @@ def parse_overrides(items: Iterable[str]) -> dict[str, object]:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ClZooError(f"--set expects KEY=VALUE, got {item!r}")
-        try:
-            out[key.strip()] = yaml.safe_load(value)
-        except yaml.YAMLError:
-            raise ClZooError(f"--set {key}: cannot parse value {value!r}") from None
+        out[key.strip()] = parse_recipe_yaml(value, f"--set {key}")
     return out
+
+
+def parse_recipe_yaml(text: str, source: str) -> Any:
+    """``text`` read as recipe YAML: nesting bounded before parsing, no anchors or aliases, no
+    number too long to convert; every failure is one line naming ``source`` (and the line)."""
+    check_yaml_nesting(text, source)
+    try:
+        return yaml.load(text, Loader=_RecipeLoader)  # noqa: S506 - a SafeLoader
+    except _AliasRefused as exc:
+        raise ClZooError(
+            f"{source}: YAML anchors and aliases are not allowed (line {exc.line}: {exc.what}); write the values out"
+        ) from None
+    except _NumberTooLong as exc:
+        raise InvalidValueError(f"{source}: line {exc.line}: a number of {exc.length} characters; no recipe value needs "
+                                f"more than {MAX_NUMBER_CHARS}") from None
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" (line {line + 1})" if line is not None else ""
+        raise ClZooError(f"{source}: invalid YAML{where}: {getattr(exc, 'problem', exc)}") from None
 
 
 def resolve_recipe_path(path_or_name: str | Path) -> Path:
@@ -280,6 +322,15 @@ class _AliasRefused(yaml.YAMLError):
         self.line = line
 
 
+class _NumberTooLong(yaml.YAMLError):
+    """A YAML int or float literal longer than ``MAX_NUMBER_CHARS``; ``line`` is 1-based."""
+
+    def __init__(self, length: int, line: int) -> None:
+        super().__init__(f"number of {length} characters")
+        self.length = length
+        self.line = line
+
+
 class _RecipeLoader(yaml.SafeLoader):
     """``safe_load`` that refuses anchors (``&a``) and aliases (``*a``) before building anything.
 
@@ -296,6 +347,33 @@ class _RecipeLoader(yaml.SafeLoader):
         if getattr(event, "anchor", None) is not None:
             raise _AliasRefused(f"anchor &{event.anchor}", event.start_mark.line + 1)
         return super().compose_node(parent, index)
+
+    def construct_bounded_number(self, node: yaml.ScalarNode) -> Any:
+        """An int or float scalar, refused when longer than any real value (a 5,000-digit int is a
+        ``ValueError`` traceback inside PyYAML, past Python's int conversion limit)."""
+        if len(node.value) > MAX_NUMBER_CHARS:
+            raise _NumberTooLong(len(node.value), node.start_mark.line + 1)
+        if node.tag.endswith(":int"):
+            return self.construct_yaml_int(node)
+        return self.construct_yaml_float(node)
+
+
+_RecipeLoader.add_constructor("tag:yaml.org,2002:int", _RecipeLoader.construct_bounded_number)
+_RecipeLoader.add_constructor("tag:yaml.org,2002:float", _RecipeLoader.construct_bounded_number)
+
+
+def _check_finite_numbers(name: str, data: Mapping[str, Any]) -> None:
+    """Every number in ``data`` (method or model kwargs, at any depth) finite: no hyperparameter
+    means anything as NaN or infinity, and the method's own checks compare with ``>``, which NaN passes."""
+    stack: list[tuple[str, Any]] = [(name, data)]
+    while stack:
+        key, value = stack.pop()
+        if isinstance(value, Mapping):
+            stack.extend((f"{key}.{k}", v) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{key}[{i}]", v) for i, v in enumerate(value))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InvalidValueError(f"{key} must be a finite number, got {value!r}")
 
 
 # ---------------------------------------------------------------------- typed construction

@@ -102,13 +102,14 @@ def test_sigint_to_the_process_group_stops_detect_with_a_checkpoint(bccd_voc_dir
             "--precision", "fp32", "--device", "cpu", "--out", str(out)]
     # A periodic checkpoint never comes: whatever last.pt holds was written because of Ctrl-C.
     proc = subprocess.Popen([*base, "--max-iter", "100000", "--checkpoint-period", "100000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+                            env={**os.environ, "CL_ZOO_PROGRESS_EVERY_S": "0"})  # a progress line per iteration
     stdout: list[str] = []
     stderr: list[str] = []
     readers = [_reader(proc.stdout, stdout), _reader(proc.stderr, stderr)]
     try:
         deadline = time.monotonic() + 600
-        while not re.search(r"\| ([2-9]|\d\d+)/100000", "".join(stderr)):  # tqdm: two iterations done
+        while not re.search(r"detect: ([2-9]|\d\d+)/100000 it", "".join(stderr)):  # two iterations done
             assert proc.poll() is None, "".join(stderr)
             assert time.monotonic() < deadline, "no training iteration within 600 s"
             time.sleep(0.2)
@@ -125,12 +126,13 @@ def test_sigint_to_the_process_group_stops_detect_with_a_checkpoint(bccd_voc_dir
     err = "".join(stderr)
     assert code == 130, err
     assert took < EXIT_WITHIN_S, f"took {took:.1f} s to stop"
-    last = [line for line in re.split(r"[\r\n]", err) if line.strip()][-1]
-    assert last.startswith("interrupted: Ctrl-C after ") and "--resume" in last, err
-    assert "Traceback" not in err
+    said, command = [line for line in err.splitlines() if line.strip()][-2:]
+    assert said.startswith("interrupted: Ctrl-C after ") and said.endswith("; to continue, run:"), err
+    assert "Traceback" not in err and "\r" not in err  # no progress-bar frames in a pipe
     state = torch.load(out / "last.pt", map_location="cpu", weights_only=True)
     saved = int(state["iteration"])
-    assert saved >= 2 and f"saved {out / 'last.pt'} at iteration {saved}" in last
+    assert saved >= 2 and f"saved {out / 'last.pt'} at iteration {saved}" in said
+    assert command.startswith("  cl-zoo detect --model resnet18 ") and f" --out {out} " in command and command.endswith(" --resume"), err
 
     # The checkpoint continues: one more iteration from where Ctrl-C left it.
     done = subprocess.run([*base, "--max-iter", str(saved + 1), "--resume", "--no-progress"],
@@ -156,3 +158,62 @@ def test_ctrl_c_during_evaluation_keeps_the_trained_checkpoint(bccd_voc_dir, tmp
         train_detector(create_model("resnet18"), train, val, cfg, tmp_path / "run", device="cpu", progress=False)
     assert caught.value.exit_code == 130 and not caught.value.abandoned
     assert torch.load(tmp_path / "run" / "last.pt", weights_only=True)["iteration"] == 1
+
+
+def _tiny_run(bccd_voc_dir):
+    from cl_zoo.detection import DetectionConfig, open_datasets
+
+    train, _ = open_datasets([str(bccd_voc_dir / "bccd-voc")], "train", None, None)
+    cfg = DetectionConfig(batch_size=1, max_iter=50, steps=(), warmup_iters=1, min_sizes_train=(96,), max_size=128,
+                          rois_per_image=8, workers=0, checkpoint_period=0, precision="fp32")
+    return train, cfg
+
+
+def test_ctrl_c_inside_a_long_iteration_writes_the_last_finished_one_at_once(bccd_voc_dir, tmp_path, monkeypatch):
+    """An iteration that outlasts the grace period (a loaded machine) still leaves last.pt: the main
+    thread writes the state after the last finished iteration instead of waiting for the worker."""
+    import cl_zoo.detection.train as detection_train
+    from cl_zoo.detection import DetectionInterrupted, train_detector
+    from cl_zoo.registry import create_model
+
+    stuck, release = threading.Event(), threading.Event()
+    build = detection_train.build_faster_rcnn
+
+    def build_with_a_stuck_third_forward(*args, **kwargs):
+        model = build(*args, **kwargs)
+        forward, calls = model.forward, [0]
+
+        def forward_(images, targets=None):
+            calls[0] += 1
+            if calls[0] == 3:  # iterations 1 and 2 are done; the third never ends by itself
+                stuck.set()
+                release.wait(60)
+            return forward(images, targets)
+
+        model.forward = forward_
+        return model
+
+    monkeypatch.setattr(detection_train, "build_faster_rcnn", build_with_a_stuck_third_forward)
+    monkeypatch.setattr(detection_train, "INTERRUPT_GRACE_S", 0.5)
+    threading.Thread(target=lambda: stuck.wait(120) and os.kill(os.getpid(), signal.SIGINT), daemon=True).start()
+    train, cfg = _tiny_run(bccd_voc_dir)
+    try:
+        with pytest.raises(DetectionInterrupted) as caught:
+            train_detector(create_model("resnet18"), train, None, cfg, tmp_path / "run", device="cpu", progress=False)
+    finally:
+        release.set()
+    assert caught.value.abandoned and caught.value.checkpoint == tmp_path / "run" / "last.pt"
+    assert f"saved {tmp_path / 'run' / 'last.pt'} at iteration 2" in str(caught.value)
+    state = torch.load(tmp_path / "run" / "last.pt", weights_only=True)
+    assert state["iteration"] == 2 and state["optimizer"]["state"]  # two SGD steps' momentum kept
+
+
+def test_resume_with_nothing_to_resume_is_one_line(tmp_path, capsys):
+    from tests.helpers import run_cli_captured
+
+    out = tmp_path / "run"
+    code, _, err = run_cli_captured(["detect", "--model", "resnet18", "--data", str(tmp_path), "--out", str(out),
+                                     "--resume"], capsys)
+    assert code == 2 and err.strip() == (f"error: --resume: nothing to resume, {out} holds no last.pt; "
+                                         "run without --resume to start the run")
+    assert not out.exists()
