@@ -174,7 +174,7 @@ def test_ctrl_c_inside_a_long_iteration_writes_the_last_finished_one_at_once(bcc
     thread writes the state after the last finished iteration instead of waiting for the worker."""
     import cl_zoo.detection.train as detection_train
     from cl_zoo.detection import DetectionInterrupted, train_detector
-    from cl_zoo.registry import create_model
+    from cl_zoo.factory import create_model
 
     stuck, release = threading.Event(), threading.Event()
     build = detection_train.build_faster_rcnn
