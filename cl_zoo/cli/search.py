@@ -98,6 +98,7 @@ def search_command(
     from cl_zoo.eval import grids
 
     grids.check_plot_option(plot, "cl-zoo search --plot")
+    query_files = discover_images(queries)  # a mistyped query costs nothing: before the embeddings are read
     features = None
     if load_index:  # the index answers; only row paths and the model are needed from the embeddings
         from cl_zoo.index import load_saved_index
@@ -113,7 +114,6 @@ def search_command(
     spec = model or resolve_model_reference(meta, embeddings)
     if not spec:
         raise ClZooError(f"{embeddings} does not record its model; pass --model")
-    query_files = discover_images(queries)
     if query_files.repeats and not quiet:
         click.echo(f"skipped {query_files.repeats} linked query folder{'s' if query_files.repeats != 1 else ''} already walked (symlink repeats or loops)", err=True)
     net = load_embedding_model(spec)
@@ -186,6 +186,10 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
     EMBEDDINGS is a .npy or .parquet written by cl-zoo embed, or the folder a cl-zoo embed
     --out DIR/ run wrote (checked against its manifest).
     """
+    if threshold is not None:  # before faiss and the embeddings are read
+        from cl_zoo.validation import check_number
+
+        check_number("--threshold (a cosine similarity)", threshold, low=-1, high=1)
     from cl_zoo.embedding import load_embeddings
     from cl_zoo.index.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores, require_faiss
 
