@@ -169,8 +169,9 @@ def unit_norm_problem(index, faiss, sample: int = NORM_SAMPLE) -> str:  # noqa: 
     vectors = stored_vectors(index, faiss, sample)
     if vectors is None or not len(vectors):
         return ""
-    norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
-    off = norms[(np.abs(norms - 1.0) > UNIT_NORM_TOLERANCE) & (norms != 0.0)]
+    with np.errstate(invalid="ignore", over="ignore"):  # a damaged file's NaN or huge values count as off
+        norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
+    off = norms[~(np.abs(norms - 1.0) <= UNIT_NORM_TOLERANCE) & (norms != 0.0)]
     if not len(off):
         return ""
     return (f"its vectors are not unit-length ({len(off)} of {len(norms)} sampled have norms {off.min():.4g} to "
