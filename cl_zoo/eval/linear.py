@@ -328,6 +328,7 @@ def linear_augmented(
     ``train_data``/``test_data`` are :class:`~cl_zoo.data.folder.ImageFolderData`. Test images use
     the model's eval preprocessing (resize + centre crop), train images RandomResizedCrop + flip.
     """
+    check_protocol_settings(proto)  # again: a protocol's fields can be changed after it was built
     num_classes = len(train_data.classes)
     validate_split_labels(np.asarray(train_data.labels), np.asarray(test_data.labels), num_classes)
     check_input_channels(model)

@@ -95,12 +95,16 @@ def test_knn_and_linear_eval_take_dash_j(nothing_runs: Path, capsys: pytest.Capt
 
 def test_the_python_api_refuses_the_same_values() -> None:
     from cl_zoo.eval.knn import knn_classify
-    from cl_zoo.eval.linear import linear_fast, protocol
+    from cl_zoo.eval.linear import linear_augmented, linear_fast, protocol
 
     for settings in ({"lr": float("nan")}, {"momentum": 5.0}, {"betas": (float("nan"), 0.9)}, {"gamma": -1.0},
                      {"weight_decay": float("inf")}, {"milestones": (60, 0)}, {"workers": -1}):
         with pytest.raises(InvalidValueError):
             protocol("paper", **settings)
+    changed = protocol("small-scale")
+    changed.lr = float("nan")  # a dataclass field set after the protocol was built
+    with pytest.raises(InvalidValueError, match="--lr"):
+        linear_augmented(None, None, None, changed)  # refused before the model or the data are looked at
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(20, 4)).astype(np.float32), np.arange(20) % 2
     for settings in ({"wd_grid": [float("nan")]}, {"wd_grid": []}, {"max_iter": 0}, {"val_fraction": float("nan")}):
