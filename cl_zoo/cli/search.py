@@ -98,7 +98,6 @@ def search_command(
     from cl_zoo.eval import grids
 
     grids.check_plot_option(plot, "cl-zoo search --plot")
-    query_files = discover_images(queries)  # a mistyped query costs nothing: before the embeddings are read
     features = None
     if load_index:  # the index answers; only row paths and the model are needed from the embeddings
         from cl_zoo.index import load_saved_index
@@ -114,6 +113,7 @@ def search_command(
     spec = model or resolve_model_reference(meta, embeddings)
     if not spec:
         raise ClZooError(f"{embeddings} does not record its model; pass --model")
+    query_files = discover_images(queries)
     if query_files.repeats and not quiet:
         click.echo(f"skipped {query_files.repeats} linked query folder{'s' if query_files.repeats != 1 else ''} already walked (symlink repeats or loops)", err=True)
     net = load_embedding_model(spec)
