@@ -118,3 +118,18 @@ def test_dedup_threshold_is_checked_before_the_embeddings_are_read(value: str, l
     code = main(["dedup", str(tmp_path / "not-read.npy"), "-t", value])
     out, err = capsys.readouterr()
     assert (code, out, err) == (2, "", line + "\n")
+
+
+def test_index_seed_out_of_range_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`index --seed -1` was numpy's "expected non-negative integer" traceback after the embeddings were opened."""
+    from cl_zoo.index import build_index as build_saved_index
+    from cl_zoo.validation import InvalidValueError
+
+    emb = tmp_path / "emb.npy"
+    np.save(emb, clustered(2, 10))
+    code = main(["index", str(emb), "-o", str(tmp_path / "i.faiss"), "--max-memory", "1G", "--seed", "-1"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err == "error: Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295 (see cl-zoo index --help)\n"
+    with pytest.raises(InvalidValueError, match="--seed must be >= 0 and <= 4294967295, got -1"):
+        build_saved_index(emb, tmp_path / "i.faiss", max_memory_bytes=1 << 30, seed=-1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.npy"]
