@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.validation import check_number
 
 if TYPE_CHECKING:
     import numpy as np
@@ -187,8 +188,6 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
     --out DIR/ run wrote (checked against its manifest).
     """
     if threshold is not None:  # before faiss and the embeddings are read
-        from cl_zoo.validation import check_number
-
         check_number("--threshold (a cosine similarity)", threshold, low=-1, high=1)
     from cl_zoo.embedding import load_embeddings
     from cl_zoo.index.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores, require_faiss
