@@ -300,6 +300,22 @@ def detectron2_name(key: str) -> str | None:
     return f"res{stage}.{block}.{rest}"
 
 
+# The suffix each target's loader recognises its format by: timm's load_checkpoint reads only a
+# ``.safetensors`` name as safetensors (any other it unpickles with torch.load), detectron2's
+# checkpointer applies its name matching only to a ``.pkl``. torch.load reads any name.
+REQUIRED_SUFFIX: dict[str, str] = {"detectron2": ".pkl", "timm": ".safetensors"}
+
+
+def check_export_path(target: str, out: str | os.PathLike[str]) -> Path:
+    """``out`` when its name is one ``target``'s loader reads as what is written, else one line naming the fix."""
+    out = Path(out)
+    suffix = REQUIRED_SUFFIX.get(target)
+    if suffix and out.suffix != suffix:
+        raise CheckpointError(f"OUT {out} must end in {suffix}, the name {target} reads this format by; "
+                              f"name it {out.with_suffix(suffix)}")
+    return out
+
+
 def _atomic_write(out: str | os.PathLike[str], write: Callable[[str], None]) -> Path:
     """Refuse a folder as the output, then let ``write`` fill a same-folder temporary (see fileio)."""
     out = Path(out)
@@ -339,7 +355,8 @@ def export_detectron2(
     prefix: str | None = None,
     author: str = "cl-zoo",
 ) -> ExportSummary:
-    """Write ``{"model": {name: ndarray}, "__author__": author, "matching_heuristics": True}``."""
+    """Write ``{"model": {name: ndarray}, "__author__": author, "matching_heuristics": True}`` to a ``.pkl`` ``out``."""
+    check_export_path("detectron2", out)
     weights = resnet_weights(source, prefix)
     check_standard_layout(weights, "detectron2")
     model, renamed, dropped = detectron2_state(weights)
@@ -383,6 +400,7 @@ def export_timm(
     source: str | nn.Module | Mapping[str, torch.Tensor], out: str | os.PathLike[str], *, prefix: str | None = None
 ) -> ExportSummary:
     """A ``.safetensors`` file for timm's ``resnetNN`` (same names as torchvision; no ``fc``)."""
+    check_export_path("timm", out)
     weights = resnet_weights(source, prefix)
     check_standard_layout(weights, "timm")
     state = torchvision_state(weights)

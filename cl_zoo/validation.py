@@ -23,6 +23,8 @@ from cl_zoo.errors import ClZooError
 # Deeper than any config, recipe or card cl-zoo writes or reads (they nest 4-6 levels), far below the
 # depth at which the parsers or a recursive walk over their result exhaust the interpreter's stack.
 MAX_NESTING = 32
+# The largest seed numpy's legacy RandomState takes (torch and numpy's Generator take more).
+MAX_SEED = 2**32 - 1
 
 
 class InvalidValueError(ClZooError, ValueError):
@@ -32,10 +34,15 @@ class InvalidValueError(ClZooError, ValueError):
 def _bounds_text(low: float | None, high: float | None, low_open: bool, high_open: bool) -> str:
     parts = []
     if low is not None:
-        parts.append(f"{'>' if low_open else '>='} {low:g}")
+        parts.append(f"{'>' if low_open else '>='} {_shown(low)}")
     if high is not None:
-        parts.append(f"{'<' if high_open else '<='} {high:g}")
+        parts.append(f"{'<' if high_open else '<='} {_shown(high)}")
     return " and ".join(parts)
+
+
+def _shown(bound: float) -> str:
+    """A bound as the user would type it: whole numbers in full (a seed's 4294967295, not 4.29497e+09)."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
 
 
 def check_number(
@@ -63,6 +70,15 @@ def check_number(
     if too_low or too_high:
         raise InvalidValueError(f"{name} must be {_bounds_text(low, high, low_open, high_open)}, got {value!r}")
     return value
+
+
+def check_seed(name: str, value: Any) -> int:
+    """A random seed every generator cl-zoo seeds accepts: a whole number in 0..:data:`MAX_SEED`.
+
+    numpy's generators refuse a negative seed and torch's a seed past 64 bits, each with its own
+    traceback and only once the run reaches them.
+    """
+    return int(check_number(name, value, low=0, high=MAX_SEED, integer=True))
 
 
 def check_numbers(name: str, values: Iterable[Any], **bounds: Any) -> list[Any]:

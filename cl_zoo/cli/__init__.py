@@ -66,6 +66,23 @@ def format_warning(message: Warning | str, category: type[Warning], filename: st
     return f"warning: {' '.join(str(message).split())}\n"
 
 
+# click 8.2+ raises this for a bare group (`cl-zoo`, `cl-zoo export`); 8.1 prints the help and exits 0.
+_NO_ARGS_IS_HELP: type[click.ClickException] | tuple[()] = getattr(click.exceptions, "NoArgsIsHelpError", ())
+
+
+def click_message(exc: click.ClickException) -> str:
+    """click's own refusal (a usage error, a bad option value) as the one line our errors are.
+
+    click would print a usage block and ``Error: ...``; every cl-zoo error is ``error: ...``, so
+    scripts and readers see one form. A usage error names where the options are listed.
+    """
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    context = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and context is not None:
+        message += f" (see {context.command_path} --help)"
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, turning user errors into one line and a non-zero exit."""
     shown_as = warnings.formatwarning
@@ -82,8 +99,11 @@ def _run(argv: list[str] | None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
+    except _NO_ARGS_IS_HELP as exc:
+        exc.show()  # its help is the answer
+        return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {click_message(exc)}", err=True)
         return exc.exit_code
     except ClZooError as exc:
         message = " ".join(str(exc).split())  # always one line

@@ -158,7 +158,7 @@ def _backbone_identity(model: str, prefix: str | None, random_init: bool = False
               help="Evaluate only the first N validation images (torchvision engine).")
 @click.option("--checkpoint-period", type=int, default=None,
               help="Iterations between last.pt checkpoints (default 2000, cpu-quick 50; Ctrl-C also writes one).")
-@click.option("--workers", type=click.IntRange(min=0), default=None, help="DataLoader workers (default: the usable CPUs, at most 8).")
+@click.option("-j", "--workers", type=click.IntRange(min=0), default=None, help="DataLoader workers (default: the usable CPUs, at most 8).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the data order, augmentation and head initialisation.")
 @click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available).")
 @click.option("--out", "output", default=None, type=click.Path(file_okay=False),

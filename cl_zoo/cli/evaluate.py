@@ -15,26 +15,35 @@ from typing import Any, Callable
 import click
 
 from cl_zoo.errors import DataError
+from cl_zoo.validation import check_numbers, InvalidValueError, MAX_SEED
 
 
 def _parse_ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError as exc:
-        raise DataError(f"{what} must be comma-separated integers, got {text!r}") from exc
-    if not values or min(values) < 1:
-        raise DataError(f"{what} must be positive integers, got {text!r}")
-    return values
+    """A comma-separated list of whole numbers >= 1 (``--k 20,200``); an empty item is refused, not skipped."""
+    return [int(v) for v in check_numbers(what, _parse_numbers(text, what, "whole numbers"), low=1, integer=True)]
 
 
 def _parse_floats(text: str, what: str) -> list[float]:
+    """A comma-separated list of numbers; their ranges are checked where they are used."""
+    return [float(v) for v in _parse_numbers(text, what, "numbers")]
+
+
+def _parse_numbers(text: str, what: str, kind: str) -> list[int | float]:
+    items = text.replace(" ", "").split(",")
     try:
-        values = [float(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError as exc:
-        raise DataError(f"{what} must be comma-separated numbers, got {text!r}") from exc
-    if not values:
-        raise DataError(f"{what} is empty")
-    return values
+        if not all(items):
+            raise ValueError(text)
+        return [_number(v) for v in items]
+    except ValueError:
+        raise InvalidValueError(f"{what} must be comma-separated {kind}, got {text!r}") from None
+
+
+def _number(text: str) -> int | float:
+    """An int where the text is one (so a message shows ``0``, not ``0.0``), else a float."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def _device(device: str | None) -> str | None:
@@ -141,10 +150,10 @@ def _common(fn: Callable) -> Callable:
         click.option("--data-root", "--root", "root", default=None, help="Where named datasets live (default $CL_ZOO_DATA or ./data)."),
         click.option("--train-split", default=None, help="Split folder for --train (default: train, or the folder itself)."),
         click.option("--test-split", default=None, help="Split folder for --test (default: test, then val, or the folder itself)."),
-        click.option("--per-class", type=int, default=None, help="Use only the first N images of each class (sorted order) of both splits."),
-        click.option("--batch-size", type=int, default=256, show_default=True, help="Feature-extraction batch size."),
+        click.option("--per-class", type=click.IntRange(min=1), default=None, help="Use only the first N images of each class (sorted order) of both splits."),
+        click.option("--batch-size", type=click.IntRange(min=1), default=256, show_default=True, help="Feature-extraction batch size."),
         click.option("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda when available)."),
-        click.option("--workers", type=click.IntRange(min=0), default=None,
+        click.option("-j", "--workers", type=click.IntRange(min=0), default=None,
                      help="Image-decoding worker processes (default: the usable CPUs, at most 8)."),
         click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16", "int8"]), default="auto", show_default=True,
                      help="Feature extraction: auto is bf16 on CUDA and on CPUs with AMX or AVX512_BF16, else fp32. "
@@ -154,7 +163,7 @@ def _common(fn: Callable) -> Callable:
         click.option("--backend", type=click.Choice(["auto", "torch", "openvino"]), default="auto", show_default=True,
                      help="Feature extraction engine: auto uses OpenVINO on CPU when installed and worth converting."),
         click.option("--no-cache", is_flag=True, help="Recompute features instead of using (and filling) the feature cache."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the sampling, the probe and --random-init weights."),
+        click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True, help="Seed of the sampling, the probe and --random-init weights."),
         click.option("--out", "out", default=None, help="Report path (default eval-reports/<task>-<model>-<data>-<protocol>-<sha8>.json)."),
         click.option("--plot", is_flag=True, help="Also write PNGs beside the report: confusion matrix, PCA of test features, training curve."),
         click.option("--json", "as_json", is_flag=True, help="Print the report to stdout instead of a summary."),
@@ -180,13 +189,14 @@ def knn_command(model_spec: str, random_init: bool, train: str, test: str, root:
                 as_json: bool, progress: bool, quiet: bool, k: str,
                 temperature: float, metric: str) -> None:
     """Weighted kNN (InstDisc vote) top-1/top-5 of a model's frozen features."""
+    from cl_zoo.eval.knn import check_knn_settings, evaluate_knn
+
+    ks = check_knn_settings(_parse_ints(k, "--k"), temperature, metric)
     model_spec, progress, workers = _preflight(model_spec, out, progress, quiet, workers)
-    from cl_zoo.eval.knn import evaluate_knn
     from cl_zoo.index.search import require_faiss
 
     require_faiss("cl-zoo knn")  # before any feature is extracted
     _require_plots(plot)
-    ks = _parse_ints(k, "--k")
     device = _device(device)
     train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
     from cl_zoo.eval.baseline import load_model_or_baseline
@@ -224,28 +234,20 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
                         lr: float | None, milestones: str | None, gamma: float | None, train_batch_size: int | None,
                         momentum: float | None, betas: str | None, weight_decay: float | None, optimizer: str | None) -> None:
     """Linear probe of a frozen model: fast (cached features + L-BFGS), paper (ImageNet) or small-scale (CACR)."""
-    model_spec, progress, workers = _preflight(model_spec, out, progress, quiet, workers)
-    from cl_zoo.eval.linear import evaluate_linear
-
-    _require_plots(plot)
     overrides: dict[str, Any] = {
         "epochs": epochs, "lr": lr, "gamma": gamma, "batch_size": train_batch_size, "momentum": momentum,
-        "weight_decay": weight_decay, "optimizer": optimizer, "workers": workers,
+        "weight_decay": weight_decay, "optimizer": optimizer,
     }
     if milestones is not None:
         overrides["milestones"] = tuple(_parse_ints(milestones, "--milestones"))
     if betas is not None:
-        b = _parse_floats(betas, "--betas")
-        if len(b) != 2:
-            raise DataError(f"--betas takes two numbers, got {betas!r}")
-        overrides["betas"] = tuple(b)
-    if protocol == "fast":
-        given = [name for name, value in overrides.items() if value is not None and name != "workers"]
-        if given:
-            raise DataError(f"--{given[0].replace('_', '-')} applies to the paper/small-scale protocols, not fast")
-    grid = _parse_floats(wd_grid, "--wd-grid")
-    if min(grid) < 0:
-        raise DataError(f"--wd-grid values must be >= 0, got {wd_grid!r}")
+        overrides["betas"] = tuple(_parse_floats(betas, "--betas"))
+    grid = _check_protocol_options(protocol, overrides, _parse_floats(wd_grid, "--wd-grid"), val_fraction, max_iter)
+    model_spec, progress, workers = _preflight(model_spec, out, progress, quiet, workers)
+    overrides["workers"] = workers
+    from cl_zoo.eval.linear import evaluate_linear
+
+    _require_plots(plot)
     device = _device(device)
     train_data, test_data = _open_splits(train, test, root, train_split, test_split, per_class)
     from cl_zoo.eval.baseline import load_model_or_baseline
@@ -259,6 +261,37 @@ def linear_eval_command(model_spec: str, random_init: bool, train: str, test: st
         log=None if as_json or quiet else (lambda line: click.echo(line, err=True)),
     )
     _finish(result, "linear", out, plot, as_json)
+
+
+# The linear-eval options of one protocol only, by parameter name.
+FAST_ONLY = {"wd_grid": "--wd-grid", "val_fraction": "--val-fraction", "max_iter": "--max-iter"}
+AUGMENTED_ONLY = {"epochs": "--epochs", "lr": "--lr", "milestones": "--milestones", "gamma": "--gamma",
+                  "batch_size": "--train-batch-size", "momentum": "--momentum", "betas": "--betas",
+                  "weight_decay": "--weight-decay", "optimizer": "--optimizer"}
+
+
+def _check_protocol_options(protocol_name: str, overrides: dict[str, Any], wd_grid: list[float], val_fraction: float,
+                            max_iter: int) -> list[float]:
+    """The weight-decay grid, once every linear-eval setting is in range and applies to ``protocol_name``.
+
+    Checked before the report's place, the data or the model are touched. A setting of the other
+    protocols is refused rather than ignored: a run that silently dropped ``--max-iter 0`` or
+    ``--epochs 3`` reports numbers the user did not ask for.
+    """
+    from cl_zoo.eval.linear import check_fast_settings, protocol
+
+    grid = check_fast_settings(wd_grid, val_fraction, max_iter)
+    given = [name for name, value in overrides.items() if value is not None]
+    if protocol_name == "fast":
+        if given:
+            raise DataError(f"{AUGMENTED_ONLY[given[0]]} applies to the paper/small-scale protocols, not fast")
+        return grid
+    context = click.get_current_context()
+    for name, option in FAST_ONLY.items():
+        if context.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE:
+            raise DataError(f"{option} applies to the fast protocol, not {protocol_name}")
+    protocol(protocol_name, **overrides)
+    return grid
 
 
 @click.command("card-update")

@@ -28,11 +28,12 @@ def export_command() -> None:
 
 
 def _run(target: str, model: str, out: str, prefix: str | None, as_json: bool = False) -> None:
-    from cl_zoo.export import EXPORTERS  # torch, numpy
+    from cl_zoo.export import check_export_path, EXPORTERS  # torch, numpy
 
     check_output_path(out, option="OUT")  # before the checkpoint is read and converted
     # `export timm ck/ ck/model.safetensors` used to replace the checkpoint it read, and exit 0
     refuse_inputs_as_outputs([out], input_files(model), error=ClZooError)
+    check_export_path(target, out)
     summary = EXPORTERS[target](model, out, prefix=prefix)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(summary), indent=1))
@@ -46,9 +47,9 @@ def _run(target: str, model: str, out: str, prefix: str | None, as_json: bool = 
 @_PREFIX
 @_JSON
 def detectron2_cmd(model: str, out: str, prefix: str | None, as_json: bool) -> None:
-    """Write OUT.pkl for detectron2 (names stem.conv1, res2..res5; numpy arrays).
+    """Write OUT, a .pkl for detectron2 (names stem.conv1, res2..res5; numpy arrays).
 
-    Use it with transfer/detectron2/train_net.py ... MODEL.WEIGHTS OUT.pkl.
+    OUT must end in .pkl: detectron2 reads only such a file as this format. Use it with transfer/detectron2/train_net.py ... MODEL.WEIGHTS OUT.pkl.
     """
     _run("detectron2", model, out, prefix, as_json)
 
@@ -59,7 +60,7 @@ def detectron2_cmd(model: str, out: str, prefix: str | None, as_json: bool) -> N
 @_PREFIX
 @_JSON
 def torchvision_cmd(model: str, out: str, prefix: str | None, as_json: bool) -> None:
-    """Write OUT.pth: a torchvision ResNet state dict (load with strict=False; only fc is missing)."""
+    """Write OUT (e.g. resnet50.pth): a torchvision ResNet state dict (load with strict=False; only fc is missing)."""
     _run("torchvision", model, out, prefix, as_json)
 
 
@@ -69,5 +70,8 @@ def torchvision_cmd(model: str, out: str, prefix: str | None, as_json: bool) -> 
 @_PREFIX
 @_JSON
 def timm_cmd(model: str, out: str, prefix: str | None, as_json: bool) -> None:
-    """Write OUT.safetensors for timm.create_model('resnetNN', num_classes=0)."""
+    """Write OUT, a .safetensors for timm.create_model('resnetNN', num_classes=0).
+
+    OUT must end in .safetensors: timm reads any other name as a pickle.
+    """
     _run("timm", model, out, prefix, as_json)

@@ -7,6 +7,7 @@ import json
 import click
 
 from cl_zoo.fileio import check_output_path
+from cl_zoo.validation import check_text
 
 from cl_zoo.models.releases import FORMATS
 
@@ -36,6 +37,8 @@ def import_command(format: str, checkpoint: str, out: str, arch: str | None, ori
     AttributeDict read as a plain dict), after its archive is checked; nothing in it is imported
     or called. Every backbone tensor must be used, otherwise nothing is written.
     """
+    if origin is not None:
+        check_text("--origin", origin)  # before torch is imported
     from cl_zoo.convert.readers import import_checkpoint  # torch
 
     check_output_path(out, folder=True, create_parents=True)  # before the checkpoint is read and converted

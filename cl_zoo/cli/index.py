@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import click
 
+from cl_zoo.validation import MAX_SEED
+
 if TYPE_CHECKING:
     from cl_zoo.index.source import EmbeddingSource
 
@@ -18,7 +20,7 @@ if TYPE_CHECKING:
 @click.option("-o", "--out", required=True, type=click.Path(), help="Index file to write (its description goes to OUT.json beside it).")
 @click.option("--max-memory", required=True, help="Most memory the index may take: 4G, 512M, 1.5GiB or bytes (binary units).")
 @click.option("--sample", "sample", default=None, type=click.IntRange(min=1), help="Rows to train on (default: 40 per inverted list, at least 65,536, within a quarter of the budget).")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the training and evaluation samples.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(0, MAX_SEED), help="Seed of the training and evaluation samples.")
 @click.option("--progress/--no-progress", default=None, help="Progress lines on stderr (default: on unless --quiet).")
 @click.option("-q", "--quiet", is_flag=True, help="Quiet: no progress lines (as --no-progress); the summary, warnings and errors still print.")
 @click.option("--json", "as_json", is_flag=True, help="Print the index description as JSON.")

@@ -20,6 +20,7 @@ import click
 from cl_zoo.bundled import installed_folder
 from cl_zoo.checkpoint.hub import find_bundled, registered_repo_id
 from cl_zoo.convert.sources import cache_root
+from cl_zoo.errors import ModelNotFoundError
 from cl_zoo.models.releases import MIRRORS, RELEASES
 from cl_zoo.registry import build_arch, find_pretrained, get_arch, get_pretrained, list_models
 
@@ -157,9 +158,9 @@ def models_command(pattern: str, pretrained: bool, as_json: bool) -> int:
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return 0
-    if not rows:
-        click.echo(f"no model matches {pattern!r}" + (" among pretrained entries" if pretrained else ""), err=True)
-        return 1
+    if not rows:  # (--json prints the empty list: a script asked which models match, and none does)
+        where = " among pretrained entries" if pretrained else ""
+        raise ModelNotFoundError(f"no model matches {pattern!r}{where}; cl-zoo models lists them all")
     click.echo(_table(rows))
     return 0
 

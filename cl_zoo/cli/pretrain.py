@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 @click.option("--checkpoint-every", type=click.IntRange(min=0), metavar="STEPS",
               help="Also checkpoint every STEPS steps inside an epoch, so --resume loses at most that much (0: at epoch ends only).")
 @click.option("--seed", type=int, help="Random seed.")
-@click.option("--workers", type=int, help="Decode threads / DataLoader workers.")
+@click.option("-j", "--workers", type=click.IntRange(min=0), help="Decode threads / DataLoader workers.")
 @click.option("--compile/--no-compile", "compile_", default=None, help="torch.compile the backbone.")
 @click.option("--sync-bn/--no-sync-bn", default=None, help="SyncBatchNorm across processes (CUDA).")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override any recipe key (dotted).")

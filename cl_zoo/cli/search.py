@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from cl_zoo.errors import ClZooError, DataError
+from cl_zoo.validation import check_number
 
 if TYPE_CHECKING:
     import numpy as np
@@ -109,6 +110,7 @@ def search_command(
     else:
         features, paths, meta = load_embeddings(embeddings)
         dims = int(features.shape[1])
+    refuse_no_rows(embeddings, len(paths), "search")
     spec = model or resolve_model_reference(meta, embeddings)
     if not spec:
         raise ClZooError(f"{embeddings} does not record its model; pass --model")
@@ -185,6 +187,8 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
     EMBEDDINGS is a .npy or .parquet written by cl-zoo embed, or the folder a cl-zoo embed
     --out DIR/ run wrote (checked against its manifest).
     """
+    if threshold is not None:  # before faiss and the embeddings are read
+        check_number("--threshold (a cosine similarity)", threshold, low=-1, high=1)
     from cl_zoo.embedding import load_embeddings
     from cl_zoo.index.search import dedup_groups, dedup_threshold_for, groups_from_pairs, nearest_neighbour_scores, require_faiss
 
@@ -201,6 +205,7 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
         rows = saved.source if saved.source is not None else load_embeddings(embeddings)[0]
     else:
         features, paths, meta = load_embeddings(embeddings)
+    refuse_no_rows(embeddings, len(paths), "deduplicate")
     if threshold is None:
         threshold, origin = dedup_threshold_for(meta, embeddings)
         if not quiet:
@@ -242,6 +247,12 @@ def dedup_command(embeddings: str, threshold: float | None, show_scores: bool, i
     return 0
 
 
+def refuse_no_rows(embeddings: str, rows: int, task: str) -> None:
+    """One line for embeddings with no rows (an embed run that read no image): nothing to ``task``."""
+    if rows == 0:
+        raise DataError(f"{embeddings} holds no embeddings (0 rows); nothing to {task}")
+
+
 def shown(path: str) -> str:
     """A result path on one line of text output (``--json`` output needs no such care)."""
     from cl_zoo.embedding import display_path
@@ -275,4 +286,4 @@ def score_histogram(scores: np.ndarray, threshold: float, bins: int = 20, width:
     return lines
 
 
-__all__ = ["search_command", "dedup_command", "score_histogram", "shown"]
+__all__ = ["search_command", "dedup_command", "refuse_no_rows", "score_histogram", "shown"]

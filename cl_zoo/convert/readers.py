@@ -100,6 +100,7 @@ from cl_zoo.fileio import current_umask
 from cl_zoo.models.releases import FORMATS, RELEASES
 from cl_zoo.registry import build_arch, get_arch, get_pretrained
 from cl_zoo.text import listed
+from cl_zoo.validation import check_text
 
 SAFE_GLOBALS: tuple[type, ...] = (argparse.Namespace,)
 _MAX_KEY = 300  # characters in a state dict key (ResNet-50's longest is 40)
@@ -517,6 +518,8 @@ def import_checkpoint(
     release_name: str | None = None,
 ) -> tuple[Path, ConversionReport]:
     """Convert ``path`` and write a zoo folder at ``out`` (complete or not at all)."""
+    if origin is not None:
+        check_text("--origin", origin)  # written into config.json and the card as UTF-8, at the very end
     check_replaceable_folder(out)  # before the checkpoint is read
     model, report = convert_checkpoint(fmt, path, arch)
     candidates = [RELEASES[release_name]] if release_name else _releases_for(fmt, report.arch)

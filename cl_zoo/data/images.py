@@ -14,8 +14,8 @@ so a 2400x1600 photo needed at 256 px costs a fraction of a full decode. The dec
 Path lists are text (one path a line), JSON lines (one JSON string a line, as ``cl-zoo embed``'s
 ``.paths.jsonl`` sidecar: the one format in which every file name round-trips), CSV/TSV tables or
 Parquet tables; their size is bounded
-(:data:`MAX_LIST_BYTES`) because any non-image file given as an input is read as a list, and a
-10 GB video named by mistake must be refused, not read into memory.
+(:data:`MAX_LIST_BYTES`) because a 10 GB file named ``frames.txt`` by mistake must be refused, not
+read into memory. A file is read as a list only under a list's name (:data:`PATH_LIST_EXTENSIONS`).
 """
 
 from __future__ import annotations
@@ -139,6 +139,11 @@ TABLE_LIST_EXTENSIONS: dict[str, str] = {".csv": ",", ".tsv": "\t"}
 PARQUET_LIST_EXTENSIONS: frozenset[str] = frozenset({".parquet"})
 # Path lists in this format hold one JSON string per line: cl-zoo embed's ``.paths.jsonl`` sidecar.
 JSON_LIST_EXTENSIONS: frozenset[str] = frozenset({".jsonl"})
+# Every name a path list may have: a file is read as a list only by its suffix, because any other
+# file (a README, a model, a video) read as one became hundreds of "missing image" warnings.
+PATH_LIST_EXTENSIONS: frozenset[str] = frozenset(
+    {".txt", *TABLE_LIST_EXTENSIONS, *PARQUET_LIST_EXTENSIONS, *JSON_LIST_EXTENSIONS}
+)
 PATH_COLUMNS = ("path", "filepath", "file_path", "filename", "file", "image", "image_path")
 # The largest path list read: the file for text/CSV/TSV lists (any non-image input is read as one),
 # the decoded path column for Parquet. 1 GiB is some 15 million 64-character paths; collections
@@ -313,9 +318,9 @@ def discover_images(paths: Iterable[str | os.PathLike[str]]) -> FoundImages:
     Folders are walked with :class:`LinkSafeWalk`: linked folders are followed once, never in a
     loop; the result's ``repeats`` counts the linked folders skipped as already walked, for the
     caller to report. Each entry may be an image file, a folder (searched recursively, hidden entries skipped) or a
-    file listing paths (one per line, ``#`` comments; a ``.jsonl`` file one JSON string per line; a
+    file listing paths (a ``.txt`` file one per line, ``#`` comments; a ``.jsonl`` file one JSON string per line; a
     ``.csv``/``.tsv``/``.parquet`` file gives its ``path`` column, or its first text one; URL entries
-    stay URLs). Files listed in a list are kept
+    stay URLs); any other file is refused (:data:`PATH_LIST_EXTENSIONS`). Files listed in a list are kept
     even when they are missing or broken, so that they show up in the failures report of whatever
     reads them; a path given directly that does not exist, or a source with no image at all, is a
     user mistake and raises :class:`DataError`.
@@ -334,6 +339,9 @@ def discover_images(paths: Iterable[str | os.PathLike[str]]) -> FoundImages:
                 raise DataError(f"no images ({', '.join(sorted(IMAGE_EXTENSIONS))}) found in folder {raw}")
         elif os.path.isfile(path) and is_image_path(path):
             images = [path]
+        elif os.path.isfile(path) and list_extension(path) not in PATH_LIST_EXTENSIONS:
+            raise DataError(f"{raw} is neither an image ({', '.join(sorted(IMAGE_EXTENSIONS))}) nor a list of paths "
+                            f"({', '.join(sorted(PATH_LIST_EXTENSIONS))}); a list of paths is read only under one of those names")
         elif os.path.isfile(path):
             images = []
             for entry in _read_list(path):
@@ -455,6 +463,7 @@ __all__ = [
     "JSON_LIST_EXTENSIONS",
     "MAX_LIST_BYTES",
     "MAX_LIST_ROWS",
+    "PATH_LIST_EXTENSIONS",
     "PATH_COLUMNS",
     "FoundImages",
     "ImageDecodeError",

@@ -23,6 +23,7 @@ from cl_zoo.errors import DataError
 from cl_zoo.eval.features import check_same_classes, model_identity, split_features
 from cl_zoo.eval.report import build_report, EvalResult
 from cl_zoo.index.search import require_faiss
+from cl_zoo.validation import check_choice, check_number, check_numbers, check_seed, InvalidValueError
 
 METRICS: tuple[str, ...] = ("cosine", "l2")
 
@@ -160,6 +161,20 @@ def validate_split_labels(train_labels: np.ndarray, test_labels: np.ndarray | No
             raise DataError(f"test labels {unseen[:5].tolist()} never occur in train; train and test must share classes")
 
 
+def check_knn_settings(ks: Sequence[int], temperature: float, metric: str = "cosine") -> list[int]:
+    """The distinct neighbour counts, ascending, once every setting of the vote is in range.
+
+    A NaN temperature makes every vote weight NaN, so every query is "wrong" and the report says
+    0.00% top-1; it is refused here, before any feature is extracted, with the other settings.
+    """
+    counts = check_numbers("--k", list(ks), low=1, integer=True)
+    if not counts:
+        raise InvalidValueError("--k (the neighbour counts) is empty")
+    check_number("--temperature", temperature, low=0, low_open=True)
+    check_choice("--metric", metric, METRICS)
+    return sorted({int(k) for k in counts})
+
+
 def knn_classify(
     train_feats: np.ndarray,
     train_labels: np.ndarray,
@@ -182,11 +197,7 @@ def knn_classify(
     """
     train_labels = np.asarray(train_labels, dtype=np.int64)
     test_labels = np.asarray(test_labels, dtype=np.int64)
-    ks = sorted({int(k) for k in ks})
-    if not ks or ks[0] < 1:
-        raise DataError(f"k must be positive integers, got {ks}")
-    if temperature <= 0:
-        raise DataError(f"temperature must be > 0, got {temperature}")
+    ks = check_knn_settings(ks, temperature, metric)
     if train_feats.ndim != 2 or test_feats.ndim != 2 or train_feats.shape[1] != test_feats.shape[1]:
         raise DataError(f"feature shapes do not match: train {train_feats.shape}, test {test_feats.shape}")
     if len(train_feats) != len(train_labels) or len(test_feats) != len(test_labels):
@@ -237,13 +248,15 @@ def evaluate_knn(
     """kNN of a model on two :class:`~cl_zoo.data.folder.ImageFolderData` splits -> ``EvalResult``.
 
     Features come from (and go to) the on-disk cache, so a second run with another k or T costs
-    only the search.
+    only the search. The settings are checked (:func:`check_knn_settings`) before any feature is.
     """
+    ks = check_knn_settings(ks, temperature, metric)
+    check_number("--batch-size", batch_size, low=1, integer=True)
+    check_seed("--seed", seed)
     check_same_classes(train.classes, test.classes)
     if len(test.paths) == 0:
         raise DataError(f"the test split is empty: {getattr(test, 'source', '?')}")
-    ks = sorted({int(k) for k in ks})
-    if ks and ks[-1] > len(train.paths):
+    if ks[-1] > len(train.paths):
         raise DataError(f"k={ks[-1]} is larger than the train set ({len(train.paths)} images); use --k at most {len(train.paths)}")
     identity = identity or model_identity(model)
     opts = dict(identity=identity, cache=cache, cache_dir=cache_dir, batch_size=batch_size, device=device, workers=workers, progress=progress,

@@ -33,6 +33,7 @@ from cl_zoo.eval.features import check_input_channels, check_same_classes, eval_
 from cl_zoo.eval.knn import rank_classes, validate_split_labels
 from cl_zoo.eval.report import build_report, EvalResult
 from cl_zoo.threads import torch_threads
+from cl_zoo.validation import check_choice, check_number, check_numbers, check_seed, InvalidValueError
 
 DEFAULT_WD_GRID: tuple[float, ...] = (1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0)
 
@@ -115,6 +116,20 @@ def _standardise(train: torch.Tensor, *others: torch.Tensor) -> list[torch.Tenso
     return [(t - mean) / std for t in (train, *others)]
 
 
+def check_fast_settings(wd_grid: Sequence[float], val_fraction: float, max_iter: int) -> list[float]:
+    """The ``fast`` protocol's settings, refused in one line before any feature is extracted.
+
+    A NaN weight decay makes every fit NaN and the probe pick a class at random; a zero iteration
+    budget fits nothing; both used to end in a report with a meaningless top-1. Returns the grid.
+    """
+    grid = check_numbers("--wd-grid", list(wd_grid), low=0)
+    if not grid:
+        raise InvalidValueError("--wd-grid (the weight decays tried) is empty")
+    check_number("--val-fraction", val_fraction, low=0, high=1, low_open=True, high_open=True)
+    check_number("--max-iter", max_iter, low=1, integer=True)
+    return [float(w) for w in grid]
+
+
 def linear_fast(
     train_feats: np.ndarray,
     train_labels: np.ndarray,
@@ -134,11 +149,8 @@ def linear_fast(
     test_labels = np.asarray(test_labels, dtype=np.int64)
     if num_classes is None:
         num_classes = int(max(train_labels.max(initial=-1), test_labels.max(initial=-1))) + 1
+    check_fast_settings(wd_grid, val_fraction, max_iter)
     validate_split_labels(train_labels, test_labels, num_classes)
-    if not wd_grid:
-        raise DataError("the weight-decay grid is empty")
-    if not 0 < val_fraction < 1:
-        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
     device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     timings: dict[str, float] = {}
 
@@ -233,11 +245,44 @@ class LinearProtocol:
     workers: int = 4
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        check_protocol_settings(self)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         for key in ("milestones", "betas", "crop_scale"):
             d[key] = list(d[key])
         return d
+
+
+def check_protocol_settings(proto: LinearProtocol) -> None:
+    """Every setting of an augmented protocol in its range, each refusal one line naming its option.
+
+    Checked when the protocol is built (so before a model loads or a feature is extracted), because
+    torch's optimizers accept a NaN or negative learning rate, weight decay or momentum only some of
+    the time, and a schedule with a NaN factor trains nothing yet reports a top-1.
+    """
+    check_choice("--optimizer", proto.optimizer, ("sgd", "adam"))
+    check_number("--lr", proto.lr, low=0, low_open=True)
+    check_number("--epochs", proto.epochs, low=1, integer=True)
+    check_numbers("--milestones", proto.milestones, low=1, integer=True)
+    check_number("--gamma", proto.gamma, low=0, high=1, low_open=True)  # the factor lr is multiplied by
+    check_number("--train-batch-size", proto.batch_size, low=1, integer=True)
+    check_number("--momentum", proto.momentum, low=0, high=1, high_open=True)
+    _check_pair("--betas", proto.betas, low=0, high=1, high_open=True)
+    check_number("eps", proto.eps, low=0, low_open=True)
+    check_number("--weight-decay", proto.weight_decay, low=0)
+    low, high = _check_pair("crop_scale", proto.crop_scale, low=0, high=1, low_open=True)
+    if low > high:
+        raise InvalidValueError(f"crop_scale must be (smallest, largest) area fractions, got {tuple(proto.crop_scale)}")
+    check_number("--workers", proto.workers, low=0, integer=True)
+
+
+def _check_pair(name: str, values: Any, **bounds: Any) -> tuple[Any, Any]:
+    if isinstance(values, str) or not isinstance(values, Sequence) or len(values) != 2:
+        raise InvalidValueError(f"{name} takes two numbers, got {values!r}")
+    first, second = check_numbers(name, values, **bounds)
+    return first, second
 
 
 PROTOCOLS: dict[str, LinearProtocol] = {
@@ -256,10 +301,7 @@ def protocol(name: str, **overrides: Any) -> LinearProtocol:
     unknown = set(changes) - {f.name for f in dataclasses.fields(LinearProtocol)}
     if unknown:
         raise DataError(f"unknown protocol settings: {', '.join(sorted(unknown))}")
-    proto = dataclasses.replace(PROTOCOLS[name], **changes)
-    if proto.epochs < 1 or proto.batch_size < 1 or proto.lr <= 0:
-        raise DataError(f"epochs, batch size and lr must be positive (got {proto.epochs}, {proto.batch_size}, {proto.lr})")
-    return proto
+    return dataclasses.replace(PROTOCOLS[name], **changes)  # checked as it is built (__post_init__)
 
 
 def _make_optimizer(proto: LinearProtocol, params: Any) -> torch.optim.Optimizer:
@@ -286,6 +328,7 @@ def linear_augmented(
     ``train_data``/``test_data`` are :class:`~cl_zoo.data.folder.ImageFolderData`. Test images use
     the model's eval preprocessing (resize + centre crop), train images RandomResizedCrop + flip.
     """
+    check_protocol_settings(proto)  # again: a protocol's fields can be changed after it was built
     num_classes = len(train_data.classes)
     validate_split_labels(np.asarray(train_data.labels), np.asarray(test_data.labels), num_classes)
     check_input_channels(model)
@@ -399,7 +442,17 @@ def evaluate_linear(
     extra_hyperparameters: dict[str, Any] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> Any:
-    """Linear probe of ``model`` on two ImageFolderData splits under a named protocol -> ``EvalResult``."""
+    """Linear probe of ``model`` on two ImageFolderData splits under a named protocol -> ``EvalResult``.
+
+    Every setting is checked before a feature is extracted (:func:`check_fast_settings`, or the
+    protocol built from ``overrides``), each refusal one :class:`~cl_zoo.validation.InvalidValueError` line.
+    """
+    check_number("--batch-size", batch_size, low=1, integer=True)
+    check_seed("--seed", seed)
+    if protocol_name == "fast":
+        wd_grid = check_fast_settings(wd_grid, val_fraction, max_iter)
+    else:
+        proto = protocol(protocol_name, **(overrides or {}))
     check_same_classes(train.classes, test.classes)
     for name, split in (("train", train), ("test", test)):
         if len(split.paths) == 0:
@@ -422,7 +475,6 @@ def evaluate_linear(
                              **({"quantization": train_fs.quantization} if train_fs.quantization else {})}}
         test_features = test_fs.features
     else:
-        proto = protocol(protocol_name, **(overrides or {}))
         out = linear_augmented(model, train, test, proto, seed=seed, device=device, progress=progress, log=log)
         timings = dict(out["timings"])
         hyper = dict(out["hyperparameters"])

@@ -36,6 +36,7 @@ from cl_zoo.index.plan import MIN_POINTS_PER_LIST, IndexPlan, choose_index, plan
 from cl_zoo.index.sidecar import IndexInfo, sidecar_path
 from cl_zoo.index.source import DEFAULT_BLOCK_ROWS, EmbeddingSource, open_source
 from cl_zoo.index.search import require_faiss
+from cl_zoo.validation import check_seed
 
 EVAL_QUERIES = 1_000
 # PQ codebooks have 256 centroids per sub-quantizer; k-means wants 39 points per centroid.
@@ -102,6 +103,7 @@ def build_index(
     ``source`` is a ``.npy`` file, a folder of ``emb_NNNNN.npy`` shards or a list of ``.npy``
     files. Writes ``out_path`` and ``out_path + ".json"`` (see :class:`IndexInfo`).
     """
+    check_seed("--seed", seed)  # numpy refuses a negative one only after the source is opened
     faiss = require_faiss()
     say = progress or (lambda message: None)
     started = time.perf_counter()

@@ -146,7 +146,63 @@ def load_index(path: str | os.PathLike[str], *, count: int | None = None, dims: 
             f"index {path} holds {index.ntotal} vectors of {index.d} dims but the embeddings have "
             f"{count} of {dims}; rebuild it (drop --load-index)"
         )
+    problem = unit_norm_problem(index, faiss)
+    if problem:
+        raise DataError(f"index {path} refused: {problem}; build it over L2-normalised rows (as cl-zoo index does)")
     return index
+
+
+# How far from 1 a stored vector's norm may be and still count as normalised (float32 rounding).
+UNIT_NORM_TOLERANCE = 1e-3
+NORM_SAMPLE = 256
+
+
+def unit_norm_problem(index, faiss, sample: int = NORM_SAMPLE) -> str:  # noqa: ANN001 - faiss objects
+    """Why ``index``'s inner products are not cosines, or "" when its stored vectors are unit-length.
+
+    Every index cl-zoo builds holds normalised rows, so inner product is cosine. An index built
+    elsewhere (autofaiss, a script) over raw rows ranks by inner product too, passes every
+    structural check, and returns "cosines" of 20 in a different order; a sample of its stored
+    vectors (spread over the whole index) tells the two apart. All-zero rows stay zero when
+    normalised, so they pass.
+    """
+    vectors = stored_vectors(index, faiss, sample)
+    if vectors is None or not len(vectors):
+        return ""
+    with np.errstate(invalid="ignore", over="ignore"):  # a damaged file's NaN or huge values count as off
+        norms = np.linalg.norm(vectors.astype(np.float64), axis=1)
+    off = norms[~(np.abs(norms - 1.0) <= UNIT_NORM_TOLERANCE) & (norms != 0.0)]
+    if not len(off):
+        return ""
+    return (f"its vectors are not unit-length ({len(off)} of {len(norms)} sampled have norms {off.min():.4g} to "
+            f"{off.max():.4g}), so its inner products are not cosines")
+
+
+def stored_vectors(index, faiss, sample: int) -> np.ndarray | None:  # noqa: ANN001 - faiss objects
+    """Up to ``sample`` of the vectors a flat, IVF-flat or HNSW-flat index stores, spread over it; None for others."""
+    n = int(index.ntotal)
+    ids = np.unique(np.linspace(0, n - 1, num=min(sample, n)).astype(np.int64)) if n else np.zeros(0, np.int64)
+    if isinstance(index, faiss.IndexHNSWFlat):
+        index = faiss.downcast_index(index.storage)
+    if isinstance(index, faiss.IndexFlat):
+        return np.stack([index.reconstruct(int(i)) for i in ids]) if len(ids) else np.zeros((0, index.d), np.float32)
+    if isinstance(index, faiss.IndexIVFFlat):
+        return _inverted_list_vectors(index, faiss, sample)
+    return None
+
+
+def _inverted_list_vectors(index, faiss, sample: int) -> np.ndarray:  # noqa: ANN001 - faiss objects
+    """Up to ``sample`` vectors of an IVF-flat index, a few from each of its lists (no direct map needed)."""
+    lists, d = index.invlists, int(index.d)
+    sizes = [lists.list_size(i) for i in range(lists.nlist)]
+    filled = [i for i, m in enumerate(sizes) if m]
+    per_list = max(1, sample // max(1, len(filled)))
+    chunks = []
+    for i in filled[:sample]:
+        m = min(sizes[i], per_list)
+        codes = faiss.rev_swig_ptr(lists.get_codes(i), m * lists.code_size)
+        chunks.append(np.frombuffer(bytes(codes), dtype=np.float32).reshape(m, d))
+    return np.concatenate(chunks) if chunks else np.zeros((0, d), np.float32)
 
 
 def read_faiss_file(path: Path, size: int):  # noqa: ANN201 - a faiss.Index
@@ -175,7 +231,8 @@ def structure_problem(index, faiss, size: int) -> str:  # noqa: ANN001 - faiss o
     against each other and against the file size.
     """
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-        return "it does not rank by inner product (cosine)"
+        metric = "L2 distance" if index.metric_type == faiss.METRIC_L2 else f"faiss metric {index.metric_type}"
+        return f"it ranks by {metric}, not by inner product (cosine)"
     n, d = int(index.ntotal), int(index.d)
     if d < 1 or n < 0 or n * d * 4 > size:
         return f"it claims {n} vectors of {d} dims in {size} bytes"
@@ -254,7 +311,7 @@ def similar_pairs(features: np.ndarray, threshold: float, block: int = 4096) -> 
     index.add(x)
     # faiss keeps inner products strictly above the radius; nudge it so ">=" holds for the threshold.
     radius = float(np.nextafter(np.float32(threshold), np.float32(-np.inf)))
-    rows, cols, sims = [], [], []
+    rows, cols, sims = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0, np.float32)]  # zero rows: no pairs
     for start in range(0, len(x), block):
         lims, dist, labels = index.range_search(x[start : start + block], radius)
         q = np.repeat(np.arange(start, start + len(lims) - 1), np.diff(lims.astype(np.int64)))
@@ -389,4 +446,5 @@ __all__ = [
     "search",
     "similar_pairs",
     "structure_problem",
+    "unit_norm_problem",
 ]

@@ -47,7 +47,7 @@ def test_models_table_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["models", "--pretrained", "--json", "no-such-*"], capsys)
     assert code == 0 and json.loads(out) == []
     code, _, err = run(["models", "no-such-*"], capsys)
-    assert code == 1 and "no model matches" in err
+    assert code == 2 and err == "error: no model matches 'no-such-*'; cl-zoo models lists them all\n", err
 
 
 def test_info(capsys: pytest.CaptureFixture[str]) -> None:

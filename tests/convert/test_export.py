@@ -147,3 +147,23 @@ def test_cli_export_from_checkpoint_file(r50, tmp_path, capsys):
     text = capsys.readouterr().out
     assert "ResNet-50" in text and "encoder." in text
     assert (tmp_path / "tv.pth").is_file()
+
+
+@pytest.mark.parametrize(("target", "name", "line"), [
+    ("timm", "x", "error: OUT {d}/x must end in .safetensors, the name timm reads this format by; name it {d}/x.safetensors"),
+    ("timm", "x.pth", "error: OUT {d}/x.pth must end in .safetensors, the name timm reads this format by; name it {d}/x.safetensors"),
+    ("detectron2", "x.pth", "error: OUT {d}/x.pth must end in .pkl, the name detectron2 reads this format by; name it {d}/x.pkl"),
+])
+def test_an_out_name_the_target_would_misread_is_refused_before_the_model_loads(target, name, line, tmp_path, monkeypatch,
+                                                                                capsys):
+    """timm unpickles any file not named .safetensors: `export timm NAME out/x` wrote a file timm then could not read."""
+    import cl_zoo.export as export
+
+    monkeypatch.setattr(export, "resnet_weights", lambda *a, **k: pytest.fail("the model was read before OUT was checked"))
+    assert main(["export", target, "resnet18", str(tmp_path / name)]) == 2
+    out, err = capsys.readouterr()
+    assert (err, out) == (line.format(d=tmp_path) + "\n", "")
+    assert not list(tmp_path.iterdir())
+    with pytest.raises(CheckpointError, match="must end in .safetensors"):
+        export_timm(create_model("resnet18"), tmp_path / name)  # the Python API too
+    assert not list(tmp_path.iterdir())

@@ -31,6 +31,7 @@ from cl_zoo.errors import CheckpointError, HubError
 from cl_zoo.models.releases import RELEASES, Release, UrlSource
 from cl_zoo.ops.color import normalize_lab, rgb_to_lab
 from cl_zoo.registry import PretrainedCfg, build_arch, get_pretrained, register_pretrained, unregister_pretrained
+from cl_zoo.validation import InvalidValueError
 from tests.helpers import run_cli
 from tests.official_checkpoints import MoCoRef, MoCoV3Ref, MyResNetsCMC, cacr_file, cmc_file, moco_file
 
@@ -379,3 +380,18 @@ def test_an_import_replaces_a_zoo_folder_but_never_a_folder_of_the_users(tmp_pat
     link = tmp_path / "link"
     link.symlink_to(out)
     assert "is a symbolic link" in _fails(capsys, "moco", path, "--out", link, "--arch", "resnet18")
+
+
+@pytest.mark.parametrize("origin", ["https://example.org/\udcff.pth", "https://example.org/\ud800"], ids=["byte-0xff", "lone-surrogate"])
+def test_origin_that_is_not_text_is_one_line_before_the_checkpoint_is_read(
+        tmp_path: Path, origin: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Byte 0xff in --origin (argv decodes it to a lone surrogate) was a UnicodeEncodeError traceback as the card was written."""
+    path = tmp_path / "checkpoint_0199.pth.tar"
+    path.write_bytes(b"never read")
+    monkeypatch.setattr(conv, "convert_checkpoint", lambda *a, **k: pytest.fail("the checkpoint was read first"))
+    assert run_cli("import", "moco", path, "--out", tmp_path / "zoo", "--origin", origin) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "error: --origin is not valid text (character 20 is an undecodable byte); pass it as UTF-8\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    with pytest.raises(InvalidValueError, match="--origin"):
+        conv.import_checkpoint("moco", path, tmp_path / "zoo", origin=origin)  # the Python API too

@@ -118,9 +118,13 @@ def test_list_files_are_bounded(photos: Path, tmp_path: Path, monkeypatch: pytes
     with pytest.raises(DataError, match="paths in .*list.parquet add up to more than 30 bytes") as info:
         resolve_inputs([table])
     one_line(info.value)
-    # Today's message for a small binary file stays as it was.
-    (tmp_path / "blob.bin").write_bytes(b"\xff\xfe\x00")
+    # Today's message for a small binary file under a list's name stays as it was; under any other
+    # name the file is not read at all.
+    (tmp_path / "blob.txt").write_bytes(b"\xff\xfe\x00")
     with pytest.raises(DataError, match="is neither an image .by extension. nor a UTF-8 list of paths"):
+        discover_images([tmp_path / "blob.txt"])
+    (tmp_path / "blob.bin").write_bytes(b"\xff\xfe\x00")
+    with pytest.raises(DataError, match=r"blob.bin is neither an image \(.bmp, .* nor a list of paths \(.csv, .jsonl, .parquet, .tsv, .txt\)"):
         discover_images([tmp_path / "blob.bin"])
 
 

@@ -11,7 +11,7 @@ import pytest
 from cl_zoo.cli import main
 from cl_zoo.errors import DataError
 from cl_zoo.index.search import build_index, dedup_groups, load_index, save_index, search, similar_pairs
-from tests.helpers import embed_test_photos
+from tests.helpers import embed_test_photos, EXAMPLE_PHOTOS_DIR
 
 
 
@@ -93,3 +93,43 @@ def test_search_and_dedup_commands(tmp_path: Path, capsys: pytest.CaptureFixture
     assert json.loads(capsys.readouterr().out) == [[str(photos / "copy_of_photo2.jpg"), query]]
     assert main(["search", str(tmp_path / "missing.npy"), "--query", query]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["dedup"], ["search", "--query", str(EXAMPLE_PHOTOS_DIR / "pot.jpg")]], ids=["dedup", "search"])
+def test_embeddings_with_no_rows_are_one_line(command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 0-row embeddings file ended dedup in a numpy traceback (concatenate of nothing)."""
+    emb = tmp_path / "emb.npy"
+    np.save(emb, np.zeros((0, 8), np.float32))
+    (tmp_path / "emb.paths.txt").write_text("")
+    code = main([command[0], str(emb), *command[1:]])
+    out, err = capsys.readouterr()
+    task = "deduplicate" if command[0] == "dedup" else "search"
+    assert (code, out, err) == (2, "", f"error: {emb} holds no embeddings (0 rows); nothing to {task}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.npy", "emb.paths.txt"]
+    assert dedup_groups(np.zeros((0, 8), np.float32)) == []  # the Python API: no rows, no groups
+
+
+@pytest.mark.parametrize(("value", "line"), [
+    ("nan", "error: --threshold (a cosine similarity) must be a finite number, got nan"),
+    ("1.5", "error: --threshold (a cosine similarity) must be >= -1 and <= 1, got 1.5"),
+])
+def test_dedup_threshold_is_checked_before_the_embeddings_are_read(value: str, line: str, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["dedup", str(tmp_path / "not-read.npy"), "-t", value])
+    out, err = capsys.readouterr()
+    assert (code, out, err) == (2, "", line + "\n")
+
+
+def test_index_seed_out_of_range_is_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`index --seed -1` was numpy's "expected non-negative integer" traceback after the embeddings were opened."""
+    from cl_zoo.index import build_index as build_saved_index
+    from cl_zoo.validation import InvalidValueError
+
+    emb = tmp_path / "emb.npy"
+    np.save(emb, clustered(2, 10))
+    code = main(["index", str(emb), "-o", str(tmp_path / "i.faiss"), "--max-memory", "1G", "--seed", "-1"])
+    out, err = capsys.readouterr()
+    assert (code, out) == (2, "") and err == "error: Invalid value for '--seed': -1 is not in the range 0<=x<=4294967295 (see cl-zoo index --help)\n"
+    with pytest.raises(InvalidValueError, match="--seed must be >= 0 and <= 4294967295, got -1"):
+        build_saved_index(emb, tmp_path / "i.faiss", max_memory_bytes=1 << 30, seed=-1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["emb.npy"]

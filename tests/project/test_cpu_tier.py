@@ -368,8 +368,8 @@ def test_exports_to_torchvision_timm_and_detectron2(name: str, tmp_path: Path) -
 
 @pytest.mark.parametrize("name", [n for n in TIER if get_pretrained(n).arch != "resnet18"])
 def test_cmc_pair_is_refused_in_one_line(name: str, tmp_path: Path) -> None:
-    for target in ("torchvision", "timm", "detectron2"):
-        out = tmp_path / f"{target}.out"
+    for target, suffix in (("torchvision", ".pth"), ("timm", ".safetensors"), ("detectron2", ".pkl")):
+        out = tmp_path / f"{target}{suffix}"
         proc = subprocess.run([sys.executable, "-m", "cl_zoo.cli", "export", target, name, str(out)],
                               capture_output=True, text=True, cwd=REPO)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "L/ab pair" in proc.stderr
