@@ -227,6 +227,13 @@ def training_dataset(config: Mapping[str, Any]) -> str | None:
                             classes=classes, claimed=data.get("dataset") if isinstance(data.get("dataset"), str) else None)
 
 
+def _named_like(data: Mapping[str, Any]) -> Any:
+    from cl_zoo.data.named import named_like  # the cl_zoo.data package imports torch
+
+    claimed = data.get("dataset") if isinstance(data.get("dataset"), str) else None
+    return named_like(str(data.get("source")), data.get("split"), claimed)
+
+
 def training_data_name(config: Mapping[str, Any]) -> str | None:
     """A short name for what the checkpoint was trained on: the named dataset it is, else the data
     folder's (or archive's) own name."""
@@ -570,6 +577,10 @@ def training_data_text(config: Mapping[str, Any]) -> tuple[str, str]:
         what = f"{inline_text(named, 100)}{' ' + split if split else ''}"
         if (folder := _source_name(data["source"])) != named:
             what += f" ({inline_code(folder, 200)})"
+    elif like := _named_like(data):  # named like a dataset, but not its published split: "40 images of cifar10 train (...)"
+        published = dict(like.split_images).get(str(data.get("split")))
+        what = (f"{like.name}{' ' + split if split else ''} ({inline_code(training_data_name(config), 200)}"
+                + (f"; the published split has {published:,}" if published else "") + ")")
     else:  # the folder's own name (never the user's full path), and what the recipe was written for
         notes = [f"{split} split" if split else "",
                  f"not {inline_text(recipe_dataset, 100)}, which its recipe was written for" if recipe_dataset else ""]

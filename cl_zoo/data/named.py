@@ -59,6 +59,17 @@ def _stem(source: str, split: str | None) -> str:
     return name[: -len(split) - 1] if split and name.lower().endswith(f"-{split}".lower()) else name
 
 
+def named_like(source: str, split: str | None, claimed: str | None = None) -> NamedDataset | None:
+    """The named dataset ``source`` is named as (its name, or a folder or archive named like one,
+    ``claimed`` first), whatever it holds; None when its name is no dataset's."""
+    named = NAMED_DATASETS.get(source.strip().lower())
+    if named is not None:
+        return named
+    stem = _stem(source, split).lower()
+    by_folder = [d for d in NAMED_DATASETS.values() if stem in {folder.lower() for folder in d.folders}]
+    return next((d for d in by_folder if d.name == claimed), by_folder[0] if by_folder else None)
+
+
 def identify_dataset(source: str, split: str | None, images: int, *, classes: int | None = None,
                      claimed: str | None = None) -> str | None:
     """The named dataset a training or evaluation source is, else None.
@@ -68,14 +79,8 @@ def identify_dataset(source: str, split: str | None, images: int, *, classes: in
     image count (and ``classes`` its class count, when known). A recipe's default dataset alone
     proves nothing: eight photos trained with an Imagenette recipe are not Imagenette.
     """
-    named = NAMED_DATASETS.get(source.strip().lower())
-    if named is None:
-        stem = _stem(source, split).lower()
-        by_folder = [d for d in NAMED_DATASETS.values() if stem in {folder.lower() for folder in d.folders}]
-        named = next((d for d in by_folder if d.name == claimed), by_folder[0] if by_folder else None)
-        if named is None:
-            return None
-    if dict(named.split_images).get(str(split)) != images:
+    named = named_like(source, split, claimed)
+    if named is None or dict(named.split_images).get(str(split)) != images:
         return None
     if classes is not None and classes != named.num_classes:
         return None
