@@ -104,7 +104,8 @@ class MetricInfo:
     data: str  # the dataset slug, MONITOR, or UNKNOWN_DATA
     name: str  # e.g. "kNN top-1 (k=200, T=0.1) on imagenette val: 500 of its 3,925 images (...)"
     split: str | None
-    measured: str = ""  # which of the split's images were scored, when recorded (": 500 of its 3,925 images ...")
+    # for a subset of the split (--per-class), what was scored: "imagenette val: 500 of its 3,925 images ..."
+    subset: str = ""
 
 
 def _latest_evaluation(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
@@ -200,7 +201,12 @@ def describe_metric(key: str, config: Mapping[str, Any] | None = None) -> Metric
     where = f"{data} {split}" if split else data
     reported = ", as reported by the original release" if match["reported"] else ""
     measured = "" if match["reported"] else _measured_on(evaluation)
-    return MetricInfo(data, f"{label} on {where}{reported}{measured}", split, measured)
+    subset = f"{where}{measured}" if evaluation.get("test_subset") or (evaluation.get("hyperparameters") or {}).get("per_class") else ""
+    if subset:  # the model-index's split says it is part of one, so the Hub never files it as the whole split
+        images, whole, _ = _counted(evaluation, "test")
+        part = f"{images:,} of {whole:,} images" if images is not None and whole is not None else "subset"
+        split = f"{split or 'data'} ({part})"
+    return MetricInfo(data, f"{label} on {where}{reported}{measured}", split, subset)
 
 
 def _training_record(config: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -278,17 +284,20 @@ def model_index(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     for key, value in sorted(metrics.items()):
         info = describe_metric(key, config)
         if info is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            grouped.setdefault((info.data, info.split, info.measured), []).append((info, float(value)))
+            grouped.setdefault((info.data, info.split, info.subset), []).append((info, float(value)))
     results = []
-    for (data, split, measured), entries in grouped.items():
+    for (data, split, subset), entries in grouped.items():
         if data == MONITOR:
             trained_on = training_data_name(config) or UNKNOWN_DATA
             dataset: dict[str, Any] = {"type": hub_dataset_id(training_dataset(config)) or trained_on,
                                        "name": f"{trained_on} (held-out images, pretraining monitor)"}
+        elif subset:
+            # A subset is not its split: its own split label ("val (500 of 3,925 images)"; the Hub files
+            # results by type and split, and would merge it with the whole split's), and how it was
+            # drawn in the name shown beside every number.
+            dataset = {"type": hub_dataset_id(data) or data, "name": subset, "split": split}
         else:
-            # A subset is named as one: the Hub shows the dataset's name beside every number.
-            dataset = {"type": hub_dataset_id(data) or data,
-                       "name": f"{data} {split}{measured}" if measured and split else data + measured}
+            dataset = {"type": hub_dataset_id(data) or data, "name": data}
             if split:
                 dataset["split"] = split
         results.append({

@@ -47,8 +47,8 @@ def test_a_per_class_report_is_carded_as_the_subset_it_scored(tmp_path: Path, ca
     assert main(["card-update", str(folder), str(report)]) == 0
     card = (folder / CARD_NAME).read_text()
     result = parse_front_matter(card)["model-index"][0]["results"][0]
-    assert result["dataset"]["split"] == "test"
-    assert "6 of its 18 images (the first 2 of each class" in result["dataset"]["name"]
+    assert result["dataset"]["split"] == "test (6 of 18 images)"  # never filed by the Hub as the whole split
+    assert result["dataset"]["name"].startswith("mydata test: 6 of its 18 images (the first 2 of each class")
     names = [m["name"] for m in result["metrics"]]
     assert names and all(": 6 of its 18 images (the first 2 of each class" in n and "from 6 of 18 train images" in n
                          for n in names)
@@ -62,6 +62,29 @@ def test_a_report_without_subset_fields_still_says_per_class() -> None:
                                "hyperparameters": {"per_class": 50, "temperature": 0.1}}]}
     name = front_matter(config)["model-index"][0]["results"][0]["metrics"][0]["name"]
     assert name == "kNN top-1 (k=200, T=0.1) on imagenette val (the first 50 of each class)"
+
+
+def test_a_subset_and_a_whole_split_stay_apart_on_the_hub() -> None:
+    """huggingface_hub files results by dataset type and split: a subset must not be merged into
+    (and named as) the whole split's results, nor the whole split's into the subset's."""
+    from huggingface_hub import ModelCard
+
+    knn = {"task": "knn", "split": "val", "test_images": 500, "train_images": 500,
+           "test_subset": {"of_images": 3925, "drawn": "the first 50 of each class"},
+           "train_subset": {"of_images": 9469, "drawn": "the first 50 of each class"},
+           "hyperparameters": {"per_class": 50, "temperature": 0.1}, "metrics": {"imagenette_knn_k200_top1": 0.56}}
+    linear = {"task": "linear", "split": "val", "test_images": 3925, "train_images": 9469,
+              "metrics": {"imagenette_linear_fast_top1": 0.65}}
+    config = {"architecture": "resnet18", "model_name": "m", "method": "cacr", "evaluations": [knn, linear],
+              "metrics": {**knn["metrics"], **linear["metrics"]}}
+    results = ModelCard(render_card(config, folder="/tmp/x")).data.eval_results
+    by_split = {r.dataset_split: (r.dataset_name, r.metric_name) for r in results}
+    assert set(by_split) == {"val (500 of 3,925 images)", "val"}
+    assert by_split["val"] == ("imagenette", "Linear probe top-1 (fast protocol) on imagenette val: 3,925 images; "
+                                             "probe trained on 9,469 train images")
+    assert by_split["val (500 of 3,925 images)"][1] == (
+        "kNN top-1 (k=200, T=0.1) on imagenette val: 500 of its 3,925 images (the first 50 of each class); "
+        "neighbours from 500 of 9,469 train images")
 
 
 def _pretrain(tmp_path: Path, data: Path, capsys: pytest.CaptureFixture[str]) -> Path:
