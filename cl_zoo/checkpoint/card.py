@@ -4,7 +4,9 @@ The front matter follows the Hub's model-card conventions and is written through
 ``huggingface_hub.ModelCardData`` (which parses and checks the ``model-index``): ``library_name:
 timm`` when timm can load the folder as it is (the Hub then shows timm's "Use this model" snippet),
 else ``library_name: cl-zoo`` (see :func:`library_name`); ``cl-zoo`` in the tags either way;
-``pipeline_tag: image-feature-extraction``; ``datasets`` as Hub dataset ids (:data:`HUB_DATASETS`);
+``pipeline_tag: image-feature-extraction``; ``datasets`` as Hub dataset ids (:data:`HUB_DATASETS`),
+only when the training data is that dataset (:func:`training_dataset`); ``arxiv:<id>`` tags for the
+method's paper;
 a ``base_model`` for mirrors of third-party releases; and a ``model-index`` whose metric types are
 the Hub's standard ``accuracy`` (the protocol goes in the metric's name: a Hub widget or leaderboard
 compares metrics by type, and ``imagenette_knn_k200_top1`` is no type it knows). The sections say
