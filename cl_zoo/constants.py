@@ -7,6 +7,8 @@ that each value has one home.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # ImageNet statistics as torchvision publishes them for its pretrained weights
 # (https://pytorch.org/vision/stable/models.html: "normalized using mean = [0.485, 0.456, 0.406] and
 # std = [0.229, 0.224, 0.225]"); timm's IMAGENET_DEFAULT_MEAN/STD are the same numbers.
@@ -17,46 +19,68 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2470, 0.2435, 0.2616)
 
-# Method -> (citation line, BibTeX) for model cards and registered entries' ``paper``.
-PAPERS: dict[str, tuple[str, str]] = {
-    "jcl": (
-        "Joint Contrastive Learning with Infinite Possibilities (Cai et al., NeurIPS 2020)",
-        "@inproceedings{cai2020jcl,\n  title={Joint Contrastive Learning with Infinite Possibilities},\n"
+class Paper(NamedTuple):
+    """A method's paper: the citation line, its BibTeX and its arXiv id (the Hub links an
+    ``arxiv:<id>`` tag on a model card to the paper's page)."""
+
+    citation: str
+    bibtex: str
+    arxiv: str
+
+
+def _paper(citation: str, key: str, kind: str, fields: str, arxiv: str) -> Paper:
+    bibtex = f"@{kind}{{{key},\n{fields}\n  eprint={{{arxiv}}},\n  archivePrefix={{arXiv}}\n}}"
+    return Paper(citation, bibtex, arxiv)
+
+
+# Method -> its paper, for model cards and registered entries' ``paper``. The arXiv ids: CMC, SimCLR
+# and MoCo v2 as the methods' papers cite them ("arXiv preprint arXiv:1906.05849", "arXiv:2002.05709",
+# "arXiv:2003.04297" in the JCL, DCL and EqCo reference lists); JCL, DCL, EqCo and CACR as the
+# releases of cl_zoo/models/releases.py link them (their own abstract pages).
+PAPERS: dict[str, Paper] = {
+    "jcl": _paper(
+        "Joint Contrastive Learning with Infinite Possibilities (Cai et al., NeurIPS 2020)", "cai2020jcl", "inproceedings",
+        "  title={Joint Contrastive Learning with Infinite Possibilities},\n"
         "  author={Cai, Qi and Wang, Yu and Pan, Yingwei and Yao, Ting and Mei, Tao},\n"
-        "  booktitle={NeurIPS},\n  year={2020}\n}",
+        "  booktitle={NeurIPS},\n  year={2020},", "2009.14776",
     ),
-    "dcl": (
-        "Decoupled Contrastive Learning (Yeh et al., ECCV 2022)",
-        "@inproceedings{yeh2022dcl,\n  title={Decoupled Contrastive Learning},\n"
+    "dcl": _paper(
+        "Decoupled Contrastive Learning (Yeh et al., ECCV 2022)", "yeh2022dcl", "inproceedings",
+        "  title={Decoupled Contrastive Learning},\n"
         "  author={Yeh, Chun-Hsiao and Hong, Cheng-Yao and Hsu, Yen-Chi and Liu, Tyng-Luh and Chen, Yubei and LeCun, Yann},\n"
-        "  booktitle={ECCV},\n  year={2022}\n}",
+        "  booktitle={ECCV},\n  year={2022},", "2110.06848",
     ),
-    "simo": (
-        "EqCo: Equivalent Rules for Self-supervised Contrastive Learning (Zhu et al., 2020)",
-        "@article{zhu2020eqco,\n  title={EqCo: Equivalent Rules for Self-supervised Contrastive Learning},\n"
+    "simo": _paper(
+        "EqCo: Equivalent Rules for Self-supervised Contrastive Learning (Zhu et al., 2020)", "zhu2020eqco", "article",
+        "  title={EqCo: Equivalent Rules for Self-supervised Contrastive Learning},\n"
         "  author={Zhu, Benjin and Huang, Junqiang and Li, Zeming and Zhang, Xiangyu and Sun, Jian},\n"
-        "  journal={arXiv:2010.01929},\n  year={2020}\n}",
+        "  journal={arXiv:2010.01929},\n  year={2020},", "2010.01929",
     ),
-    "cmc": (
-        "Contrastive Multiview Coding (Tian et al., ECCV 2020)",
-        "@inproceedings{tian2020cmc,\n  title={Contrastive Multiview Coding},\n"
-        "  author={Tian, Yonglong and Krishnan, Dilip and Isola, Phillip},\n  booktitle={ECCV},\n  year={2020}\n}",
+    "cmc": _paper(
+        "Contrastive Multiview Coding (Tian et al., ECCV 2020)", "tian2020cmc", "inproceedings",
+        "  title={Contrastive Multiview Coding},\n"
+        "  author={Tian, Yonglong and Krishnan, Dilip and Isola, Phillip},\n  booktitle={ECCV},\n  year={2020},",
+        "1906.05849",
     ),
-    "cacr": (
+    "cacr": _paper(
         "Contrastive Attraction and Contrastive Repulsion for Representation Learning (Zheng et al., TMLR 2023)",
-        "@article{zheng2023cacr,\n  title={Contrastive Attraction and Contrastive Repulsion for Representation Learning},\n"
+        "zheng2023cacr", "article",
+        "  title={Contrastive Attraction and Contrastive Repulsion for Representation Learning},\n"
         "  author={Zheng, Huangjie and Chen, Xu and Yao, Jiangchao and Yang, Hongxia and Li, Chunyuan and Zhang, Ya and Zhang, Hao and Tsang, Ivor and Zhou, Jingren and Zhou, Mingyuan},\n"
-        "  journal={TMLR},\n  year={2023}\n}",
+        "  journal={TMLR},\n  year={2023},", "2105.03746",
     ),
-    "simclr": (
+    "simclr": _paper(
         "A Simple Framework for Contrastive Learning of Visual Representations (Chen et al., ICML 2020)",
-        "@inproceedings{chen2020simclr,\n  title={A Simple Framework for Contrastive Learning of Visual Representations},\n"
-        "  author={Chen, Ting and Kornblith, Simon and Norouzi, Mohammad and Hinton, Geoffrey},\n  booktitle={ICML},\n  year={2020}\n}",
+        "chen2020simclr", "inproceedings",
+        "  title={A Simple Framework for Contrastive Learning of Visual Representations},\n"
+        "  author={Chen, Ting and Kornblith, Simon and Norouzi, Mohammad and Hinton, Geoffrey},\n  booktitle={ICML},\n  year={2020},",
+        "2002.05709",
     ),
-    "mocov2": (
-        "Improved Baselines with Momentum Contrastive Learning (Chen et al., 2020)",
-        "@article{chen2020mocov2,\n  title={Improved Baselines with Momentum Contrastive Learning},\n"
-        "  author={Chen, Xinlei and Fan, Haoqi and Girshick, Ross and He, Kaiming},\n  journal={arXiv:2003.04297},\n  year={2020}\n}",
+    "mocov2": _paper(
+        "Improved Baselines with Momentum Contrastive Learning (Chen et al., 2020)", "chen2020mocov2", "article",
+        "  title={Improved Baselines with Momentum Contrastive Learning},\n"
+        "  author={Chen, Xinlei and Fan, Haoqi and Girshick, Ross and He, Kaiming},\n  journal={arXiv:2003.04297},\n  year={2020},",
+        "2003.04297",
     ),
 }
 PAPERS["dclw"] = PAPERS["dcl"]

@@ -53,6 +53,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Sequence
 
+from filelock import FileLock
+
 from cl_zoo.errors import ClZooError, DataError
 from cl_zoo.text import one_line
 from cl_zoo.validation import MAX_NESTING, nesting_depth
@@ -198,32 +200,26 @@ def atomic_save_npy(
 def file_lock(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Hold an exclusive cross-process lock on ``path`` (created if absent) for the ``with`` block.
 
-    ``fcntl.flock`` on an open descriptor: the kernel releases it when the process exits, so a
-    killed holder never leaves a stale lock (the file itself stays; removing it while another
-    process waits on it would let a third take a different lock). On systems without ``fcntl``
-    (Windows) this is a no-op and concurrent fills fall back to the atomic writes alone; so it is
-    where the lock cannot be created at all (a read-only shared cache, which nobody fills).
+    The ``filelock`` package's lock (``flock`` on POSIX, ``msvcrt`` on Windows): the kernel releases
+    it when the holder exits, so a killed holder never leaves a stale lock. The lock file gets the
+    umask's mode (filelock sets the mode it is given regardless of the umask), so a shared cache
+    stays shared. Where the lock cannot be created at all (a read-only shared cache, which nobody
+    fills) the block runs unlocked and concurrent fills fall back to the atomic writes alone.
     """
     path = Path(path)
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        yield path
-        return
+    lock = FileLock(path, mode=0o666 & ~current_umask())
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~current_umask())
+        lock.acquire()
     except OSError as exc:
         if isinstance(exc, PermissionError) or exc.errno == errno.EROFS:
             yield path
             return
         raise
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield path
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        lock.release()
 
 
 # Bounds for JSON that several modules read, kept here (no heavy imports) so a light reader such as

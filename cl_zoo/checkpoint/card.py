@@ -4,7 +4,9 @@ The front matter follows the Hub's model-card conventions and is written through
 ``huggingface_hub.ModelCardData`` (which parses and checks the ``model-index``): ``library_name:
 timm`` when timm can load the folder as it is (the Hub then shows timm's "Use this model" snippet),
 else ``library_name: cl-zoo`` (see :func:`library_name`); ``cl-zoo`` in the tags either way;
-``pipeline_tag: image-feature-extraction``; ``datasets`` as Hub dataset ids (:data:`HUB_DATASETS`);
+``pipeline_tag: image-feature-extraction``; ``datasets`` as Hub dataset ids (:data:`HUB_DATASETS`),
+only when the training data is that dataset (:func:`training_dataset`); ``arxiv:<id>`` tags for the
+method's paper;
 a ``base_model`` for mirrors of third-party releases; and a ``model-index`` whose metric types are
 the Hub's standard ``accuracy`` (the protocol goes in the metric's name: a Hub widget or leaderboard
 compares metrics by type, and ``imagenette_knn_k200_top1`` is no type it knows). The sections say
@@ -102,23 +104,59 @@ class MetricInfo:
     """What a metric key measured: the data it was measured on and a readable protocol name."""
 
     data: str  # the dataset slug, MONITOR, or UNKNOWN_DATA
-    name: str  # e.g. "kNN top-1 (k=200, T=0.1) on imagenette val"
+    name: str  # e.g. "kNN top-1 (k=200, T=0.1) on imagenette val: 500 of its 3,925 images (...)"
     split: str | None
+    # for a subset of the split (--per-class), what was scored: "imagenette val: 500 of its 3,925 images ..."
+    subset: str = ""
 
 
-def _knn_temperature(config: Mapping[str, Any], key: str) -> float | None:
-    """The kNN temperature of the latest recorded evaluation that produced ``key``, if recorded."""
-    temperature = None
+def _latest_evaluation(config: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """The latest recorded evaluation that produced the metric ``key`` ({} when none is recorded)."""
+    found: Mapping[str, Any] = {}
     for evaluation in config.get("evaluations") or []:
         if isinstance(evaluation, Mapping) and key in (evaluation.get("metrics") or {}):
-            value = (evaluation.get("hyperparameters") or {}).get("temperature")
-            temperature = value if isinstance(value, (int, float)) else None
-    return temperature
+            found = evaluation
+    return found
+
+
+def _knn_temperature(evaluation: Mapping[str, Any]) -> float | None:
+    value = (evaluation.get("hyperparameters") or {}).get("temperature")
+    return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _whole(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _counted(evaluation: Mapping[str, Any], role: str) -> tuple[int | None, int | None, str | None]:
+    """(images scored, images of the split they were drawn from, how they were drawn) for ``role``
+    ("test" or "train") of a recorded evaluation; Nones where the record does not say."""
+    subset = evaluation.get(f"{role}_subset")
+    subset = subset if isinstance(subset, Mapping) else {}
+    per_class = _whole((evaluation.get("hyperparameters") or {}).get("per_class"))
+    drawn = subset.get("drawn") or (f"the first {per_class} of each class" if per_class else None)
+    return _whole(evaluation.get(f"{role}_images")), _whole(subset.get("of_images")), drawn
+
+
+def _measured_on(evaluation: Mapping[str, Any]) -> str:
+    """What an evaluation scored, when recorded: ": 500 of its 3,925 images (the first 50 of each
+    class); neighbours from 500 of 9,469 train images" (a subset is always named as one)."""
+    images, whole, drawn = _counted(evaluation, "test")
+    if images is None:
+        return f" ({inline_text(drawn, 100)})" if drawn else ""
+    text = f": {images:,} of its {whole:,} images" if whole not in (None, images) else f": {images:,} images"
+    text += f" ({inline_text(drawn, 100)})" if drawn else ""
+    train, train_whole, _ = _counted(evaluation, "train")
+    if train is not None:
+        role = "neighbours from" if evaluation.get("task") == "knn" else "probe trained on"
+        text += f"; {role} {train:,}" + (f" of {train_whole:,}" if train_whole not in (None, train) else "") + " train images"
+    return text
 
 
 def _eval_split(data: str) -> str | None:
     """The split ``cl-zoo knn``/``linear-eval`` evaluate a named dataset on (``test``, else ``val``:
-    Imagenette has no test split); None for a user's folder, whose split the config does not record."""
+    Imagenette has no test split), for evaluations recorded without their split; None for a user's
+    folder."""
     from cl_zoo.data.named import NAMED_DATASETS  # the cl_zoo.data package imports torch
 
     named = NAMED_DATASETS.get(data)
@@ -131,7 +169,9 @@ def describe_metric(key: str, config: Mapping[str, Any] | None = None) -> Metric
     """What the metric ``key`` measured, or None when its key does not say it is an accuracy.
 
     Keys are parsed, not looked up, so a metric from any evaluation data gets a name; ``config``
-    supplies what the key leaves out (the kNN temperature, from the recorded evaluations).
+    supplies what the key leaves out, from the latest recorded evaluation that produced it: the kNN
+    temperature, the split, and how many of the split's images were scored (a ``--per-class``
+    subset is named as one, never as the split).
     """
     config = config or {}
     match = _METRIC_KEY.match(key)
@@ -139,13 +179,14 @@ def describe_metric(key: str, config: Mapping[str, Any] | None = None) -> Metric
         top = _TOP_KEY.search(key)
         return MetricInfo(UNKNOWN_DATA, key, None) if top else None
     data, protocol, arg, top = match["data"], match["protocol"], match["arg"], match["top"]
+    evaluation = _latest_evaluation(config, key)
     details: list[str] = []
     if protocol == "knn":
         if arg is not None and not re.fullmatch(r"k\d+", arg):
             return MetricInfo(UNKNOWN_DATA, key, None) if top in ("1", "5") else None
         if arg is not None:
             details.append(f"k={arg[1:]}")
-        temperature = _knn_temperature(config, key)
+        temperature = _knn_temperature(evaluation)
         if temperature is not None:
             details.append(f"T={temperature:g}")
         what = "kNN"
@@ -156,16 +197,81 @@ def describe_metric(key: str, config: Mapping[str, Any] | None = None) -> Metric
     label = f"{what} top-{top}" + (f" ({', '.join(details)})" if details else "")
     if data == MONITOR:
         return MetricInfo(MONITOR, f"{label} on held-out images, monitored during pretraining", None)
-    split = None if match["reported"] else _eval_split(data)
+    recorded_split = evaluation.get("split")
+    split = None if match["reported"] else (inline_text(recorded_split, 40) if isinstance(recorded_split, str) and recorded_split
+                                            else _eval_split(data))
     where = f"{data} {split}" if split else data
     reported = ", as reported by the original release" if match["reported"] else ""
-    return MetricInfo(data, f"{label} on {where}{reported}", split)
+    measured = "" if match["reported"] else _measured_on(evaluation)
+    subset = f"{where}{measured}" if evaluation.get("test_subset") or (evaluation.get("hyperparameters") or {}).get("per_class") else ""
+    if subset:  # the model-index's split says it is part of one, so the Hub never files it as the whole split
+        images, whole, _ = _counted(evaluation, "test")
+        part = f"{images:,} of {whole:,} images" if images is not None and whole is not None else "subset"
+        split = f"{split or 'data'} ({part})"
+    return MetricInfo(data, f"{label} on {where}{reported}{measured}", split, subset)
 
 
-def _training_dataset(config: Mapping[str, Any]) -> str | None:
-    cfg = merged_pretrained_cfg(config)
-    data = config.get("training_data") or {}
-    return cfg.get("dataset") or (data.get("dataset") if isinstance(data, Mapping) else None)
+def _training_record(config: Mapping[str, Any]) -> Mapping[str, Any]:
+    data = config.get("training_data")
+    return data if isinstance(data, Mapping) and _whole(data.get("images")) else {}
+
+
+def training_dataset(config: Mapping[str, Any]) -> str | None:
+    """The named dataset the checkpoint was trained on, or None when it is not one.
+
+    A run that recorded its training data is judged by that data (its source's name, split, image and
+    class counts; :func:`cl_zoo.data.named.identify_dataset`), never by its recipe's default
+    dataset; a checkpoint without that record (a converted release, a folder written by
+    ``save_pretrained``) by its ``pretrained_cfg.dataset``.
+    """
+    data = _training_record(config)
+    if not data:
+        dataset = merged_pretrained_cfg(config).get("dataset")
+        return dataset if isinstance(dataset, str) and dataset.strip() else None
+    from cl_zoo.data.named import identify_dataset  # the cl_zoo.data package imports torch
+
+    classes = _whole(data.get("classes"))
+    return identify_dataset(str(data.get("source")), data.get("split"), int(data["images"]),
+                            classes=classes, claimed=data.get("dataset") if isinstance(data.get("dataset"), str) else None)
+
+
+def _named_like(data: Mapping[str, Any]) -> Any:
+    from cl_zoo.data.named import named_like  # the cl_zoo.data package imports torch
+
+    claimed = data.get("dataset") if isinstance(data.get("dataset"), str) else None
+    return named_like(str(data.get("source")), data.get("split"), claimed)
+
+
+def training_data_name(config: Mapping[str, Any]) -> str | None:
+    """A short name for what the checkpoint was trained on: the named dataset it is, else the data
+    folder's (or archive's) own name."""
+    if dataset := training_dataset(config):
+        return dataset
+    data = _training_record(config)
+    return _source_name(data["source"]) if data else None
+
+
+def _source_name(source: object) -> str:
+    """A data source's own name (a folder's or archive's), never the user's full path."""
+    return Path(str(source).rstrip("/\\")).name or str(source)
+
+
+def dataset_claim_conflict(config: Mapping[str, Any], claimed: object) -> str | None:
+    """Why a card's ``datasets:`` list contradicts config.json's record of the training data, or None.
+
+    Only a Hub id the training data is not is a contradiction; a card that names no dataset claims
+    nothing.
+    """
+    ids = [claimed] if isinstance(claimed, str) else list(claimed) if isinstance(claimed, (list, tuple)) else []
+    actual = hub_dataset_id(training_dataset(config))
+    wrong = [str(i) for i in ids if str(i) != actual]
+    if not wrong:
+        return None
+    data = _training_record(config)
+    what = (f"{int(data['images']):,} images of {training_data_name(config)}" if data
+            else f"{training_dataset(config) or 'no recorded dataset'}")
+    return (f"the card claims datasets {', '.join(wrong)}, but config.json says it was trained on {what}"
+            + (f" ({actual})" if actual else ""))
 
 
 def model_index(config: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -176,21 +282,26 @@ def model_index(config: Mapping[str, Any]) -> list[dict[str, Any]]:
     are left out rather than given an invented type.
     """
     metrics = config.get("metrics") or merged_pretrained_cfg(config).get("metrics") or {}
-    grouped: dict[str, list[tuple[MetricInfo, float]]] = {}
+    grouped: dict[tuple[str, str | None, str], list[tuple[MetricInfo, float]]] = {}
     for key, value in sorted(metrics.items()):
         info = describe_metric(key, config)
         if info is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            grouped.setdefault(info.data, []).append((info, float(value)))
+            grouped.setdefault((info.data, info.split, info.subset), []).append((info, float(value)))
     results = []
-    for data, entries in grouped.items():
+    for (data, split, subset), entries in grouped.items():
         if data == MONITOR:
-            trained_on = _training_dataset(config) or UNKNOWN_DATA
-            dataset: dict[str, Any] = {"type": hub_dataset_id(trained_on) or trained_on,
+            trained_on = training_data_name(config) or UNKNOWN_DATA
+            dataset: dict[str, Any] = {"type": hub_dataset_id(training_dataset(config)) or trained_on,
                                        "name": f"{trained_on} (held-out images, pretraining monitor)"}
+        elif subset:
+            # A subset is not its split: its own split label ("val (500 of 3,925 images)"; the Hub files
+            # results by type and split, and would merge it with the whole split's), and how it was
+            # drawn in the name shown beside every number.
+            dataset = {"type": hub_dataset_id(data) or data, "name": subset, "split": split}
         else:
             dataset = {"type": hub_dataset_id(data) or data, "name": data}
-            if entries[0][0].split:
-                dataset["split"] = entries[0][0].split
+            if split:
+                dataset["split"] = split
         results.append({
             "task": {"type": "image-classification", "name": "Image classification (frozen features)"},
             "dataset": dataset,
@@ -251,13 +362,15 @@ def front_matter(config: Mapping[str, Any]) -> dict[str, Any]:
     tags = {"cl-zoo", "self-supervised", "contrastive-learning", "image-feature-extraction", method}
     if timm_model_name(config):
         tags.add("timm")
+    if paper := PAPERS.get(method):
+        tags.add(f"arxiv:{paper.arxiv}")  # the Hub links the card to the paper's page
     meta: dict[str, Any] = {
         "library_name": library_name(config),
         "license": cfg.get("license") or "apache-2.0",
         "tags": sorted(tags - {""}),
         "pipeline_tag": "image-feature-extraction",
     }
-    if dataset := hub_dataset_id(cfg.get("dataset")):
+    if dataset := hub_dataset_id(training_dataset(config)):
         meta["datasets"] = [dataset]
     mirror = config.get("mirror")
     if isinstance(mirror, Mapping) and isinstance(mirror.get("base_model"), str) and mirror["base_model"].strip():
@@ -466,16 +579,23 @@ def how_to_load(config: Mapping[str, Any], source: str, folder: str | os.PathLik
 def training_data_text(config: Mapping[str, Any]) -> tuple[str, str]:
     """(the "on ..." phrase of the description, a sentence on the data) from config's ``training_data``."""
     cfg = merged_pretrained_cfg(config)
-    data = config.get("training_data") or {}
-    if not data.get("images"):
-        return (f" on {cfg['dataset']}" if cfg.get("dataset") else ""), ""
-    source, split, named = str(data.get("source")), data.get("split"), data.get("dataset")
+    data = _training_record(config)
+    if not data:
+        return (f" on {inline_text(cfg['dataset'], 100)}" if cfg.get("dataset") else ""), ""
+    split, recipe_dataset = data.get("split"), data.get("dataset")
     split = inline_text(split, 40) if split else split
-    if source.lower() == str(named).lower():  # a named dataset: "50,000 images of cifar10 train"
+    if named := training_dataset(config):  # a named dataset: "50,000 images of cifar10 train (`cifar10-jpeg`)"
         what = f"{inline_text(named, 100)}{' ' + split if split else ''}"
-    else:
-        notes = [f"{split} split" if split else "", f"its recipe names it {inline_text(named, 100)}" if named else ""]
-        what = inline_code(source, 200) + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else "")
+        if (folder := _source_name(data["source"])) != named:
+            what += f" ({inline_code(folder, 200)})"
+    elif like := _named_like(data):  # named like a dataset, but not its published split: "40 images of cifar10 train (...)"
+        published = dict(like.split_images).get(str(data.get("split")))
+        what = (f"{like.name}{' ' + split if split else ''} ({inline_code(training_data_name(config), 200)}"
+                + (f"; the published split has {published:,}" if published else "") + ")")
+    else:  # the folder's own name (never the user's full path), and what the recipe was written for
+        notes = [f"{split} split" if split else "",
+                 f"not {inline_text(recipe_dataset, 100)}, which its recipe was written for" if recipe_dataset else ""]
+        what = inline_code(training_data_name(config), 200) + (f" ({'; '.join(n for n in notes if n)})" if any(notes) else "")
     phrase = f" on {int(data['images']):,} images of {what}"
     held = int(data["images"]) - int(data.get("trained_images") or data["images"])
     sentence = (
@@ -485,6 +605,27 @@ def training_data_text(config: Mapping[str, Any]) -> tuple[str, str]:
         + "."
     )
     return phrase, sentence
+
+
+def card_title(config: Mapping[str, Any]) -> str:
+    """The card's title: the model's name, and when that is only its architecture (a pretraining
+    run's export), the method and the data too, so the title says which checkpoint this is."""
+    name = config.get("model_name") or config.get("architecture")
+    method = str(config.get("method") or merged_pretrained_cfg(config).get("method") or "")
+    data = _training_record(config)
+    if name != config.get("architecture") or not data:
+        return inline_text(name, 200)
+    trained = training_dataset(config) or training_data_name(config)
+    return inline_text(f"{name} pretrained with {method.upper() or 'cl-zoo'} on {int(data['images']):,} images of {trained}", 300)
+
+
+def citation_text(method: str) -> str:
+    """The Citation section: the method's paper with its arXiv link, and its BibTeX."""
+    paper = PAPERS.get(method)
+    if paper is None:
+        return "Cite cl-zoo and the method's paper."
+    return (f"{paper.citation}, [arXiv:{paper.arxiv}](https://arxiv.org/abs/{paper.arxiv}).\n\n"
+            + code_block(paper.bibtex, "bibtex"))
 
 
 def render_card(
@@ -503,7 +644,7 @@ def render_card(
     cfg = merged_pretrained_cfg(config)
     name = config.get("model_name") or config.get("architecture")
     method = (config.get("method") or cfg.get("method") or "").lower()
-    paper, bibtex = PAPERS.get(method, ("", ""))
+    paper = PAPERS[method].citation if method in PAPERS else ""
     source = source or load_source(config, folder)
     metrics = config.get("metrics") or cfg.get("metrics") or {}
     recipe = config.get("recipe") or {}
@@ -538,13 +679,13 @@ def render_card(
         body["Evaluation"] = "| metric | value | measured as |\n|---|---|---|\n" + "\n".join(rows)
     else:
         body["Evaluation"] = "No evaluation recorded yet (`cl-zoo knn` / `cl-zoo linear-eval`, then `cl-zoo card-update`)."
-    body["Citation"] = code_block(bibtex, "bibtex") if bibtex else "Cite cl-zoo and the method's paper."
+    body["Citation"] = citation_text(method)
     for key, text in sections.items():
         body[inline_text(key, 100)] = contained_section(text)
 
     order = [k for k in GENERATED_SECTIONS if k != "Citation"]
     order += [k for k in body if k not in order and k != "Citation"] + ["Citation"]
-    parts = ["---", front_matter_yaml(config).rstrip(), "---", "", f"# {inline_text(name, 200)}", ""]
+    parts = ["---", front_matter_yaml(config).rstrip(), "---", "", f"# {card_title(config)}", ""]
     for key in order:
         parts += [f"## {key}", "", body[key].rstrip(), ""]
     return "\n".join(parts)

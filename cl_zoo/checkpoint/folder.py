@@ -13,8 +13,8 @@ format_version 2 is what ``timm.create_model("local-dir:FOLDER" or "hf-hub:owner
 pretrained=True)`` reads for the ResNets timm has (:mod:`cl_zoo.checkpoint.timm_compat`): timm
 passes every ``pretrained_cfg`` key to its ``PretrainedCfg`` dataclass, which refuses unknown ones,
 and reads only ``model.safetensors``. Folders written as version 1 (every field in
-``pretrained_cfg``, 15 MB shards) still load. Sharding follows ``huggingface_hub``'s convention
-(same names, same index schema, same 5 GB default as ``split_torch_state_dict_into_shards``). Only
+``pretrained_cfg``, 15 MB shards) still load. Shards are cut by ``huggingface_hub``'s
+``split_torch_state_dict_into_shards`` (its names, its index schema, its 5 GB default). Only
 safetensors are written or read here: loading never unpickles.
 """
 
@@ -61,6 +61,7 @@ MAX_CONFIG_BYTES = MAX_CHECKPOINT_CONFIG_BYTES
 MAX_INDEX_BYTES = 16 << 20
 FORMAT_VERSION = 2
 DEFAULT_MAX_SHARD_SIZE = "5GB"
+SHARD_PATTERN = "model{suffix}.safetensors"  # huggingface_hub's filename_pattern: model-00001-of-00003.safetensors
 
 
 def parse_size(size: int | str) -> int:
@@ -111,16 +112,14 @@ def shard_map(folder: Path) -> dict[str, str]:
 
 
 def _shard(state: Mapping[str, torch.Tensor], max_bytes: int) -> list[dict[str, torch.Tensor]]:
-    shards: list[dict[str, torch.Tensor]] = [{}]
-    size = 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if shards[-1] and size + nbytes > max_bytes:
-            shards.append({})
-            size = 0
-        shards[-1][name] = tensor
-        size += nbytes
-    return shards
+    """``state`` split into the Hub's shards (huggingface_hub's own rule: tensors in order, a new shard
+    when the next one would pass ``max_bytes``, a tensor larger than that alone in its shard)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+
+    split = split_torch_state_dict_into_shards(dict(state), filename_pattern=SHARD_PATTERN, max_shard_size=max_bytes)
+    if not split.is_sharded:
+        return [dict(state)]
+    return [{name: state[name] for name in names} for names in split.filename_to_tensors.values()]
 
 
 def model_config(
@@ -202,7 +201,7 @@ def save_pretrained(
             weight_map: dict[str, str] = {}
             total = 0
             for i, shard in enumerate(shards, start=1):
-                name = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
+                name = SHARD_PATTERN.format(suffix=f"-{i:05d}-of-{len(shards):05d}")  # huggingface_hub's names
                 save_file(shard, str(staging / name), metadata={"format": "pt"})
                 written.append(name)
                 for key, tensor in shard.items():

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from cl_zoo.checkpoint.card import LIBRARY_NAMES, how_to_load, parse_front_matter, registered_name_of
+from cl_zoo.checkpoint.card import LIBRARY_NAMES, dataset_claim_conflict, how_to_load, parse_front_matter, registered_name_of
 from cl_zoo.checkpoint.folder import CARD_NAME, CONFIG_NAME, load_folder, read_config, weight_files
 from cl_zoo.checkpoint.hub import hub_settings, is_namespace, model_card_dirs, zoo_namespace
 from cl_zoo.checkpoint.timm_compat import merged_pretrained_cfg
@@ -98,6 +98,8 @@ def validate_folder(folder: str | os.PathLike[str]) -> FolderReport:
     if meta.get("library_name") not in (None, *LIBRARY_NAMES):
         expected = " or ".join(repr(name) for name in LIBRARY_NAMES)
         raise CheckpointError(f"{card}: library_name is {meta['library_name']!r}, expected {expected}")
+    if conflict := dataset_claim_conflict(read_config(folder), meta.get("datasets")):
+        raise CheckpointError(f"{card}: {conflict}; `cl-zoo card-update {folder}` re-renders the card from it")
     return FolderReport(
         folder=folder,
         model_name=str(getattr(model, "model_name", "")),
@@ -288,6 +290,12 @@ def check_repo_id(repo_id: str) -> None:
     """One line of :class:`HubError` unless ``repo_id`` is ``owner/name``, before any token or network is needed."""
     if not is_repo_id(repo_id):
         raise HubError(f"bad repo id {repo_id!r}: expected owner/name")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id  # the Hub's own rules for a name
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise HubError(f"bad repo id {repo_id!r}: {one_line(str(exc).split(': ')[0], 200)}") from None
 
 
 def _write_token(settings: dict[str, Any], token: str | None) -> str:

@@ -78,6 +78,8 @@ def publish_command(
 
     from cl_zoo.checkpoint import publish as pub
 
+    if repo_id is not None:  # before any folder is read or release fetched, dry run or not
+        pub.check_repo_id(repo_id)
     options = dict(dry_run=dry_run, record=record, private=private, commit_message=commit_message, echo=click.echo,
                    run_card_code=run_card_code)
     if all_:

@@ -14,6 +14,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +39,9 @@ class ImageFolderData:
     split: str | None = None
     class_to_idx: dict[str, int] = field(default_factory=dict)
     repeats: int = 0  # linked folders skipped because their real path was already walked
+    # how a subset was drawn from its split ({"of_images": 3925, "drawn": "the first 50 of each class"}),
+    # so reports and cards never pass a subset off as the split
+    subset: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.paths)

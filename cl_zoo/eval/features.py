@@ -338,7 +338,8 @@ def first_per_class(data: Any, n: int) -> Any:
     root = getattr(data, "root", "") or ""
     rel = [os.path.relpath(p, root) if root else p for p in paths]
     digest = file_list_hash(rel, labels[keep])
-    return dataclasses.replace(data, paths=paths, labels=labels[keep], file_list_hash=digest)
+    subset = {"of_images": len(data.paths), "drawn": f"the first {n} of each class, by sorted path"}
+    return dataclasses.replace(data, paths=paths, labels=labels[keep], file_list_hash=digest, subset=subset)
 
 
 def open_eval_split(spec: str | os.PathLike, root: str | os.PathLike | None, split: str | None, role: str) -> Any:

@@ -63,6 +63,7 @@ def data_entry(data: Any) -> dict[str, Any]:
         "num_classes": len(data.classes),
         "classes": list(data.classes),
         "images_per_class": {"min": int(counts.min()) if counts.size else 0, "max": int(counts.max()) if counts.size else 0},
+        **({"subset": dict(data.subset)} if getattr(data, "subset", None) else {}),
     }
 
 
@@ -257,6 +258,11 @@ def update_card(folder: str | os.PathLike, report_path: str | os.PathLike) -> di
         "task": report["task"],
         "protocol": report["protocol"],
         "data": report["data"]["name"],
+        # what was measured, for the card: the split and how many of its images (a subset says so)
+        "split": report["data"]["test"].get("split"),
+        "test_images": report["data"]["test"].get("num_images"),
+        "train_images": report["data"]["train"].get("num_images"),
+        **{f"{role}_subset": report["data"][role]["subset"] for role in ("train", "test") if report["data"][role].get("subset")},
         "train_file_list_hash": report["data"]["train"]["file_list_hash"],
         "test_file_list_hash": report["data"]["test"]["file_list_hash"],
         "hyperparameters": report.get("hyperparameters", {}),

@@ -46,6 +46,7 @@ import torch
 import torch.nn as nn
 
 from cl_zoo.checkpoint import save_pretrained
+from cl_zoo.checkpoint.card import training_data_name, training_dataset
 from cl_zoo.data.folder import content_fingerprint, open_image_folder
 from cl_zoo.data.memory import decode_to_tensor
 from cl_zoo.errors import CheckpointError, ClZooError, DataError
@@ -321,6 +322,7 @@ class Trainer:
             "images": len(self.train_data),
             "trained_images": len(self.train_index),  # minus the monitor's held-out share
             "labeled": self.train_data.labeled,
+            "classes": self.train_data.num_classes,  # with the counts, tells a named dataset from a folder named like it
             "fingerprint": content_fingerprint(self.train_data),
         }
 
@@ -733,10 +735,13 @@ class Trainer:
 
         r = self.recipe
         backbone = self.method.backbone
-        dataset = r.data.dataset or Path(str(self.train_data.source).rstrip("/")).name
+        # The data the run had, not the recipe's default: eight photos are not Imagenette.
+        dataset = training_data_name({"training_data": self.training_data})
         describe_backbone(backbone, r, self.view_configs[0], epochs=r.epochs, dataset=dataset)
         metrics = monitor_metrics(knn)
-        curve = logger.plot(title=f"{r.method} {r.arch} on {dataset}, {r.epochs} epochs, seed {r.seed}") if logger is not None else None
+        images = f"{self.training_data['images']:,} images of " if training_dataset({"training_data": self.training_data}) is None else ""
+        curve = (logger.plot(title=f"{r.method} {r.arch} on {images}{dataset}, {r.epochs} epoch{'s' if r.epochs != 1 else ''}, seed {r.seed}")
+                 if logger is not None else None)
         model_dir = self.run_dir / "model"
         sections = {}
         if knn:
@@ -804,7 +809,9 @@ def export_run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str] | No
     method.load_state_dict(state["model"])
     backbone = method.backbone
     view0 = augment_configs(method.view_config.presets(), recipe.data.image_size)[0]
-    describe_backbone(backbone, recipe, view0, epochs=int(state["epoch"]), dataset=recipe.data.dataset)
+    recorded = {"training_data": state["training_data"]} if state.get("training_data") else {}
+    dataset = training_data_name(recorded) if recorded else recipe.data.dataset
+    describe_backbone(backbone, recipe, view0, epochs=int(state["epoch"]), dataset=dataset)
     knn = {}
     for row in state.get("history", []):
         knn = dict(row.get("knn") or {}) or knn

@@ -68,6 +68,24 @@ def test_round_trip_sharded_and_resave(tmp_path: Path) -> None:
     assert same(model, cl_zoo.load_pretrained(folder))
 
 
+def test_shards_are_huggingface_hubs_split(tmp_path: Path) -> None:
+    """The weight map is exactly huggingface_hub's split of the state dict, a tensor larger than the
+    shard size included (the Hub puts it alone in its shard and goes on filling the current one)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+
+    model = tiny(1)
+    state = model.state_dict()
+    sizes = {name: t.numel() * t.element_size() for name, t in state.items()}
+    limit = max(sizes.values()) - 1  # the largest tensors (layer4 convs, BatchNorms between them) are over it
+    folder = cl_zoo.save_pretrained(model, tmp_path / "ckpt", max_shard_size=limit)
+    expected = split_torch_state_dict_into_shards(
+        {k: v.clone() for k, v in state.items()}, filename_pattern="model{suffix}.safetensors", max_shard_size=limit)
+    index = json.loads((folder / INDEX_NAME).read_text())
+    assert index["weight_map"] == expected.tensor_to_filename
+    assert index["metadata"]["total_size"] == expected.metadata["total_size"] == sum(sizes.values())
+    assert same(model, cl_zoo.load_pretrained(folder))
+
+
 def test_half_precision_storage_loads_as_float32(tmp_path: Path) -> None:
     model = tiny()
     folder = cl_zoo.save_pretrained(model, tmp_path / "half", dtype=torch.float16)

@@ -113,6 +113,16 @@ def test_file_lock_serialises_processes(tmp_path: Path) -> None:
         pass
 
 
+def test_file_lock_excludes_a_filelock_holder_in_another_process(tmp_path: Path) -> None:
+    """Writers that take ``filelock.FileLock`` directly on the same path wait for file_lock's holder."""
+    lock = tmp_path / "sub" / "entry.lock"  # its folder is made
+    script = ("import sys, filelock\n"
+              "try:\n    filelock.FileLock(sys.argv[1], timeout=0.2).acquire()\nexcept filelock.Timeout:\n    sys.exit(7)\n")
+    with file_lock(lock):
+        assert subprocess.run([sys.executable, "-c", script, str(lock)], timeout=60).returncode == 7
+    assert subprocess.run([sys.executable, "-c", script, str(lock)], timeout=60).returncode == 0
+
+
 @pytest.mark.slow
 def test_two_processes_convert_one_official_release(tmp_path: Path) -> None:
     path, _ = moco_file(tmp_path, mlp=True, name="moco_v2_concurrent.pth.tar")

@@ -178,8 +178,9 @@ def test_card_update_writes_metrics_and_model_index(tmp_path, cache, capsys):
     assert config["evaluations"][-1]["protocol"] == "knn"
     meta = parse_front_matter((folder / "README.md").read_text())
     entries = meta["model-index"][0]["results"][0]["metrics"]
-    # The Hub's standard metric type; the protocol (and the recorded temperature) in the name.
-    assert any(e["type"] == "accuracy" and e["name"].startswith("kNN top-1 (k=5, T=") and e["name"].endswith(" on mydata")
+    # The Hub's standard metric type; the protocol (and the recorded temperature), the split and the
+    # images scored in the name.
+    assert any(e["type"] == "accuracy" and e["name"].startswith("kNN top-1 (k=5, T=") and e["name"].endswith(" on mydata test: 18 images; neighbours from 18 train images")
                for e in entries)
     assert yaml.safe_dump(meta)
     # The updated folder still loads, and applying the report twice does not duplicate it.

@@ -75,3 +75,20 @@ def test_bundled_recipe_by_name_and_unknown_name_lists_them(tmp_path: Path, monk
     assert Recipe.load("recipes/dcl_cifar10.yaml").method == "simclr"  # a real local file wins
     with pytest.raises(ClZooError, match=r"recipe not found: dcl_cifar1 \(bundled recipes: .*dcl_cifar10"):
         Recipe.load("dcl_cifar1")
+
+
+def test_the_package_says_whose_it_is_and_ships_its_licence() -> None:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    text = (REPO / "LICENSE").read_text()
+    assert "Apache License\n                           Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    assert project["authors"] and project["keywords"]
+    assert {"Homepage", "Repository", "Issues", "Documentation"} <= set(project["urls"])
+    assert all(url.startswith("https://github.com/cl-zoo/cl-zoo") for url in project["urls"].values())
+    assert not [c for c in project["classifiers"] if c.startswith("License ::")]  # PEP 639: the expression says it
+
+
+def test_default_output_folders_are_git_ignored() -> None:
+    ignored = set((REPO / ".gitignore").read_text().split())
+    assert {"/out/", "/runs/", "/eval-reports/"} <= ignored
