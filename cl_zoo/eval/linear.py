@@ -369,7 +369,8 @@ def linear_augmented(
         if progress:
             from tqdm import tqdm
 
-            batches = tqdm(train_loader, desc=f"epoch {epoch + 1}/{proto.epochs}", leave=False)
+            # disable=None: off when stderr is not a terminal, so a log gets no bar frames
+            batches = tqdm(train_loader, desc=f"epoch {epoch + 1}/{proto.epochs}", leave=False, disable=None)
         lr = opt.param_groups[0]["lr"]
         for images, labels in batches:
             images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
