@@ -31,10 +31,10 @@ def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded before the inputs were checked")
 
-    import cl_zoo.checkpoint.hub as hub
+    import cl_zoo.factory as factory
 
-    monkeypatch.setattr(hub, "load_model", refuse)
-    monkeypatch.setattr(hub, "load_pretrained", refuse)
+    monkeypatch.setattr(factory, "load_model", refuse)
+    monkeypatch.setattr(factory, "load_pretrained", refuse)
 
 
 @pytest.mark.parametrize("extra", [[], [str(EXAMPLE_PHOTOS_DIR)]], ids=["alone", "beside-a-folder"])
