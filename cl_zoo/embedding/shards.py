@@ -48,7 +48,7 @@ MANIFEST_NAME = "manifest.json"
 # and autofaiss's usual unit); rounded to whole progress chunks.
 DEFAULT_SHARD_ROWS = 1_000_000
 DEFAULT_SHARD_BYTES = 1 << 30
-_MAX_MANIFEST_BYTES = 64 << 20
+MAX_SHARD_MANIFEST_BYTES = 64 << 20
 _FAILURES_HEAD = b"path,reason"
 _OUR_FILE = re.compile(r"^(emb_\d{5,}\.npy|meta_\d{5,}\.parquet|failures_\d{5,}\.csv|manifest\.json)$")
 
@@ -90,7 +90,7 @@ def named_like_ours(folder: Path) -> list[Path]:
 
 def _is_our_manifest(path: Path) -> bool:
     try:
-        manifest = read_bounded_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
+        manifest = read_bounded_json(path, max_bytes=MAX_SHARD_MANIFEST_BYTES, what="shard manifest")
     except ClZooError:
         return False
     return isinstance(manifest, dict) and manifest.get("format") == SHARD_FORMAT
@@ -344,7 +344,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST_NAME
     if not path.exists():
         raise DataError(f"{folder} has no {MANIFEST_NAME}; it is not a finished cl-zoo embed output")
-    manifest = read_bounded_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
+    manifest = read_bounded_json(path, max_bytes=MAX_SHARD_MANIFEST_BYTES, what="shard manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != SHARD_FORMAT:
         raise DataError(f"{path} is not a cl-zoo shard manifest")
     if manifest.get("version") != SHARD_FORMAT_VERSION:
