@@ -92,7 +92,8 @@ def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) ->
     if source.location.is_dir():
         inputs += named_like_ours(source.location)
     refuse_inputs_as_outputs([out, sidecar_path(out)], inputs)
-    check_replaceable(out, is_faiss_index, "a faiss index")  # --out holiday.jpg is somebody's photo
+    # --out holiday.jpg is somebody's photo: only an earlier index (its type tag, or its description beside it) is replaced
+    check_replaceable(out, lambda p: is_faiss_index(p) or is_index_description(sidecar_path(p)), "a faiss index")
     check_replaceable(sidecar_path(out), is_index_description, "an index description")
 
 

@@ -265,12 +265,12 @@ def _single_file(net: nn.Module, files: list[str], out_path: Path, metadata: dic
         return EmbedRun({}, "", extra={"rank": rank})
     failures_csv = sidecar(out_path, FAILURES_SIDECAR)
     if not result.paths:
-        write_failures(failures_csv, result.failures)
         discard_progress(parts)
-        raise DataError(
-            f"none of the {len(files)} images could be read; reasons in {failures_csv} "
-            f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
-        )
+        first = f"(first: {result.failures[0][0]}: {result.failures[0][1]})"
+        if out_path.exists():  # an earlier output keeps its own failure report
+            raise DataError(f"none of the {len(files)} images could be read {first}; {out_path} and its sidecars were left as they were")
+        write_failures(failures_csv, result.failures)
+        raise DataError(f"none of the {len(files)} images could be read; reasons in {failures_csv} {first}")
     metadata = {**metadata, INPUTS_DIGEST_KEY: inputs_digest(files), "precision": result.precision, "backend": result.backend,
                 **({"quantization": result.quantization} if result.quantization is not None else {})}
     save_embeddings(out_path, result.features, result.paths, metadata, half=half)
@@ -309,14 +309,18 @@ def _webdataset(net: nn.Module, tars: list[str], out_path: Path, metadata: dict[
         raise ClZooError("torchrun with WebDataset input needs a folder output (--out DIR/)")
     result = extract_tar_features(net, tars, options=opts, image_key=image_key, progress=progress, max_batches=max_batches)
     failures_csv = sidecar(out_path, FAILURES_SIDECAR)
-    if result.failures:
-        write_failures(failures_csv, result.failures)
     if not result.paths:
         if not result.failures:
             raise DataError(f"the {len(tars)} WebDataset shard(s) hold no samples; nothing was written")
+        if out_path.exists():  # an earlier output keeps its own failure report
+            raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read (first: {result.failures[0][0]}: "
+                            f"{result.failures[0][1]}); {out_path} and its sidecars were left as they were")
+        write_failures(failures_csv, result.failures)
         raise DataError(f"none of the samples in the {len(tars)} WebDataset shard(s) could be read; reasons in {failures_csv}")
     save_embeddings(out_path, result.features, result.paths, {**metadata, "precision": result.precision, "backend": result.backend},
                     half=half)
+    if result.failures:  # after the embeddings are committed, as for image files
+        write_failures(failures_csv, result.failures)
     summary: dict[str, object] = {
         "output": str(out_path), "images": len(result.paths), "dims": int(result.features.shape[1]), "tars": len(tars),
         "skipped": len(result.failures), "seconds": round(result.seconds, 3),

@@ -226,3 +226,21 @@ def test_a_file_of_the_users_under_the_lock_name_is_refused(
     code, err = embed(capsys, a, model_dir, tmp_path / "emb.npy")
     assert code == 2 and "is not a cl-zoo lock file" in err, err
     assert (tmp_path / ".emb.npy.lock").read_text() == "mine" and not (tmp_path / "emb.npy").exists()
+
+
+def test_a_rerun_that_reads_nothing_leaves_the_earlier_output_and_its_report(
+        two_sets: tuple[Path, Path], model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, _ = two_sets
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    shutil.copy(DATA / "truncated.jpg", a / "img99.jpg")
+    assert embed(capsys, a, model_dir, out_dir / "emb.npy")[0] == 0
+    assert (out_dir / "emb.failures.csv").is_file()
+    before = tree_hashes(out_dir)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for name in ("truncated.jpg", "empty.jpg"):
+        shutil.copy(DATA / name, broken / name)
+    code, err = embed(capsys, broken, model_dir, out_dir / "emb.npy")
+    assert code == 2 and "none of the 2 images could be read" in err and "left as they were" in err, err
+    assert tree_hashes(out_dir) == before
