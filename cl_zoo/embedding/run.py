@@ -39,7 +39,7 @@ from cl_zoo.embedding.files import (
     write_failures,
 )
 from cl_zoo.embedding.inputs import resolve_inputs
-from cl_zoo.embedding.options import EngineOptions
+from cl_zoo.embedding.options import EngineOptions, RunControl
 from cl_zoo.embedding.parts import discard_progress
 from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY
 from cl_zoo.embedding.progress import input_stat, saved_progress
@@ -174,15 +174,15 @@ def embed_to_output(
             return EmbedRun({}, "", result=_in_memory(net, found, opts, image_key or DEFAULT_IMAGE_KEY, progress))
         reference = model if isinstance(model, (str, os.PathLike)) else getattr(model, "model_name", None)
         metadata = {**model_metadata(net, os.fspath(reference) if reference else DEFAULT_MODEL), **input_metadata(specs)}
+        plan = OutputPlan(out_path, sharded, shard_size, half, metadata)
+        control = RunControl(resume=resume, force=force, progress=progress, chunk_batches=save_every, max_batches=max_batches)
         if found.is_webdataset:
-            return _webdataset(net, found.tars, out_path, metadata, opts, sharded=sharded, world=world, image_key=image_key or DEFAULT_IMAGE_KEY,
-                               shard_size=shard_size, half=half, resume=resume, force=force, progress=progress, max_batches=max_batches)
+            return _webdataset(net, found.tars, plan, opts, control, world=world, image_key=image_key or DEFAULT_IMAGE_KEY)
         if sharded:
             run = embed_to_shards(net, files, out_path, metadata=metadata, shard_images=shard_size, half=half, options=opts,
                                   progress=progress, resume=resume, force=force, chunk_batches=save_every, max_batches=max_batches)
             return _shards_run(run, out_path, "unreadable files")
-        return _single_file(net, files, out_path, metadata, opts, rank=rank, half=half, resume=resume, force=force,
-                            save_every=save_every, progress=progress, max_batches=max_batches)
+        return _single_file(net, files, plan, opts, control, rank=rank)
 
 
 # What a full disk or an exhausted quota raises while an output is written: a condition of the
@@ -250,12 +250,23 @@ def _in_memory(net: nn.Module, found: Any, opts: EngineOptions, image_key: str, 
     return extract_features(net, found.files, options=opts, progress=progress)
 
 
-def _single_file(net: nn.Module, files: list[str], out_path: Path, metadata: dict[str, Any], opts: EngineOptions, *, rank: int,
-                 half: bool, resume: bool, force: bool, save_every: int | None, progress: bool, max_batches: int | None) -> EmbedRun:
+@dataclass(frozen=True)
+class OutputPlan:
+    """Where a run writes and how: the output checked by :func:`check_output`, and what goes into it."""
+
+    path: Path
+    sharded: bool
+    shard_size: int | None
+    half: bool
+    metadata: dict[str, Any]
+
+
+def _single_file(net: nn.Module, files: list[str], plan: OutputPlan, opts: EngineOptions, control: RunControl, *, rank: int) -> EmbedRun:
+    out_path, half = plan.path, plan.half
     parts = sidecar(out_path, ".parts")
     try:
-        result = extract_features(net, files, options=opts, progress=progress, progress_dir=parts, resume=resume, force=force,
-                                  chunk_batches=save_every, max_batches=max_batches)
+        result = extract_features(net, files, options=opts, progress=control.progress, progress_dir=parts, resume=control.resume,
+                                  force=control.force, chunk_batches=control.chunk_batches, max_batches=control.max_batches)
     except NonFiniteFeatureError:
         # The model cannot produce a usable file; saved parts of this run would only be resumed into the same error.
         if rank == 0:
@@ -271,7 +282,7 @@ def _single_file(net: nn.Module, files: list[str], out_path: Path, metadata: dic
             raise DataError(f"none of the {len(files)} images could be read {first}; {out_path} and its sidecars were left as they were")
         write_failures(failures_csv, result.failures)
         raise DataError(f"none of the {len(files)} images could be read; reasons in {failures_csv} {first}")
-    metadata = {**metadata, INPUTS_DIGEST_KEY: inputs_digest(files), "precision": result.precision, "backend": result.backend,
+    metadata = {**plan.metadata, INPUTS_DIGEST_KEY: inputs_digest(files), "precision": result.precision, "backend": result.backend,
                 **({"quantization": result.quantization} if result.quantization is not None else {})}
     save_embeddings(out_path, result.features, result.paths, metadata, half=half)
     # After the embeddings are committed: a run that failed before then leaves the earlier report with its output.
@@ -293,10 +304,12 @@ def _single_file(net: nn.Module, files: list[str], out_path: Path, metadata: dic
     return EmbedRun(summary, line, warning, result)
 
 
-def _webdataset(net: nn.Module, tars: list[str], out_path: Path, metadata: dict[str, Any], opts: EngineOptions, *, sharded: bool,
-                world: int, image_key: str, shard_size: int | None, half: bool, resume: bool, force: bool, progress: bool,
-                max_batches: int | None) -> EmbedRun:
+def _webdataset(net: nn.Module, tars: list[str], plan: OutputPlan, opts: EngineOptions, control: RunControl, *, world: int,
+                image_key: str) -> EmbedRun:
     """WebDataset tar shards in: one output shard per input tar (``--out DIR/``), or one file."""
+    out_path, metadata, half = plan.path, plan.metadata, plan.half
+    resume, force, progress, max_batches = control.resume, control.force, control.progress, control.max_batches
+    shard_size, sharded = plan.shard_size, plan.sharded
     if shard_size is not None:
         raise ClZooError("--shard-size does not apply to WebDataset input: each input tar becomes one output shard")
     if sharded:
@@ -391,4 +404,4 @@ def finished_output(out: Path, files: list[str]) -> FinishedOutput | None:
     return FinishedOutput(len(rows), same, unchanged)
 
 
-__all__ = ["EmbedRun", "FinishedOutput", "check_output", "count", "embed_to_output", "finished_output", "inputs_digest"]
+__all__ = ["EmbedRun", "FinishedOutput", "OutputPlan", "check_output", "count", "embed_to_output", "finished_output", "inputs_digest"]
