@@ -95,8 +95,8 @@ def check_extract_size(archive: Path, base: Path) -> None:
     except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
         raise DataError(f"unreadable archive {archive}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     if declared > bound:
-        raise DataError(f"archive {archive} ({_mib(size)}) declares more than {_mib(bound)} of files ({MAX_EXPANSION}x its size "
-                        "or more); refusing to extract it (unpack it yourself and pass the folder)")
+        raise DataError(f"archive {archive} declares at least {_mib(declared)} of files, more than the {_mib(bound)} cl-zoo "
+                        f"extracts from a {_mib(size)} archive; refusing to extract it (unpack it yourself and pass the folder)")
     free = shutil.disk_usage(base).free
     if declared + FREE_SPACE_MARGIN > free:
         raise DataError(f"archive {archive} unpacks to {_mib(declared)} but the dataset cache {base} has {_mib(free)} free; "

@@ -54,11 +54,11 @@ def test_an_archive_declaring_a_gibibyte_is_refused_before_anything_is_extracted
     monkeypatch.setenv("CL_ZOO_CACHE", str(cache))
     bomb = make(tmp_path / ("bomb.zip" if make is zip_declaring else "bomb.tar.gz"), GIB)
     assert bomb.stat().st_size < 1 << 20
-    with pytest.raises(DataError, match="declares more than"):
+    with pytest.raises(DataError, match="declares at least"):
         extract_archive(bomb)
     assert cache_entries(cache) == []  # nothing extracted, no partial folder left
     code, _, err = run_cli_captured(["knn", "--train", str(bomb), "--test", str(bomb)], capsys)
-    assert code == 2 and "declares more than" in err and len(err.strip().splitlines()) == 1, err
+    assert code == 2 and "declares at least" in err and len(err.strip().splitlines()) == 1, err
     assert cache_entries(cache) == []
 
 
