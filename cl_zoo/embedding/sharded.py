@@ -50,6 +50,7 @@ from cl_zoo.embedding.shards import (
     SHARD_FORMAT,
     SHARD_FORMAT_VERSION,
     ShardRecord,
+    changed_in_shard,
     default_shard_images,
     emb_name,
     meta_name,
@@ -345,10 +346,16 @@ def embed_to_shards(
         created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
         open_progress(parts, run, resume, force, rank, world)
 
-        finished = {s for s in range(layout.shards) if resume and finished_shard(folder, s, engine.fingerprint, digest)}
+        finished: set[int] = set()
+        changed = 0
+        for s in range(layout.shards) if resume else ():
+            if finished_shard(folder, s, engine.fingerprint, digest):
+                stale = changed_in_shard(folder / meta_name(s), paths)  # a shard with a changed input is embedded again
+                changed += stale
+                if not stale:
+                    finished.add(s)
         mine = [s for s in range(layout.shards) if s % world == rank and s not in finished]
         resumed = sum(len(layout.shard_range(s)) for s in finished)
-        changed = 0
         done: dict[int, set[int]] = {s: set() for s in mine}
         for s in mine:
             for k in layout.chunks_of(s):

@@ -244,3 +244,20 @@ def test_a_rerun_that_reads_nothing_leaves_the_earlier_output_and_its_report(
     code, err = embed(capsys, broken, model_dir, out_dir / "emb.npy")
     assert code == 2 and "none of the 2 images could be read" in err and "left as they were" in err, err
     assert tree_hashes(out_dir) == before
+
+
+def test_resume_on_a_finished_shard_folder_embeds_again_the_shard_of_a_replaced_photo(
+        two_sets: tuple[Path, Path], model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, _ = two_sets
+    out = tmp_path / "emb"
+    assert embed(capsys, a, model_dir, f"{out}/", "--shard-size", "2")[0] == 0
+    kept = (out / "emb_00001.npy").read_bytes()
+    replace_photo(a / "img00.jpg", DATA / GOOD[3])
+    code, err = embed(capsys, a, model_dir, f"{out}/", "--shard-size", "2", "--resume")
+    assert code == 0 and "resumed 2 (re-embedded 1 changed file)" in err and "1 finished shard" in err, err
+    assert (out / "emb_00001.npy").read_bytes() == kept  # the other shard is not redone
+    fresh = tmp_path / "fresh.npy"
+    assert embed(capsys, a, model_dir, fresh)[0] == 0
+    np.testing.assert_array_equal(load_embeddings(out)[0], load_embeddings(fresh)[0])
+    code, err = embed(capsys, a, model_dir, f"{out}/", "--shard-size", "2", "--resume")
+    assert code == 0 and "resumed 4" in err and "changed" not in err, err
