@@ -29,16 +29,20 @@ from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, read_bounded_json, read_hea
 from cl_zoo.text import one_line, parse_json_lines
 
 __all__ = [
+    "ARRAY_DIGEST_KEY",
     "CONFIG_KEY",
     "CSV_SIDECAR",
     "EDGE_BYTES",
     "FALLBACK_DEDUP_THRESHOLD",
     "LEGACY_PATHS_SIDECAR",
     "META_SIDECAR",
+    "PATHS_DIGEST_KEY",
     "PATHS_SIDECAR",
     "ROW_TABLE_HEAD",
     "NpyFile",
     "NpyRows",
+    "check_committed_together",
+    "check_npy_output",
     "check_recorded_shape",
     "checked_metadata",
     "csv_with_header",
@@ -53,6 +57,7 @@ __all__ = [
     "read_npy_rows",
     "read_path_list",
     "recorded_threshold",
+    "sha256_file",
     "sidecar",
 ]
 
@@ -172,7 +177,7 @@ def checked_metadata(meta: dict[str, object], where: str) -> dict[str, object]:
     for key in ("dims", "count"):
         if key in meta and (isinstance(meta[key], bool) or not isinstance(meta[key], int) or meta[key] < 0):  # type: ignore[operator]
             raise DataError(f"{where}: {key} must be a non-negative integer, got {meta[key]!r}")
-    for key in ("model", "model_name", "source", "revision", "dtype"):
+    for key in ("model", "model_name", "source", "revision", "dtype", "array_digest", "listing_sha256"):
         if key in meta and not isinstance(meta[key], str):
             raise DataError(f"{where}: {key} must be a string, got {type(meta[key]).__name__}")
     return meta
@@ -325,7 +330,48 @@ def read_npy_rows(path: str | os.PathLike[str]) -> NpyRows:
     if len(paths) != header.rows:
         raise DataError(f"{path} has shape {(header.rows, header.dims)} but {listing.name} lists {len(paths)} paths")
     check_recorded_shape(meta, header.rows, header.dims, info.name, path)
+    check_committed_together(meta, path, listing, info)
     return NpyRows(header, paths, meta, listing, info)
+
+
+# What a ``.meta.json`` records of the two files it was committed with: the writer renames it last,
+# so an array or path list that is not the one it names (a write that stopped half-way, a file
+# copied over) is refused instead of read under somebody else's row names.
+ARRAY_DIGEST_KEY = "array_digest"
+PATHS_DIGEST_KEY = "listing_sha256"
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """sha256 of a whole file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_committed_together(meta: dict[str, object], path: Path, listing: Path, info: Path) -> None:
+    """Refuse an array or path list other than the ones ``meta`` records the digests of.
+
+    Metadata without digests (written by an earlier version) is read as before: its row count and
+    dims are all there is to check.
+    """
+    advice = "the files do not belong together (an interrupted write, or a file copied over); re-embed with cl-zoo embed"
+    recorded = meta.get(ARRAY_DIGEST_KEY)
+    if recorded is not None and recorded != file_digest(path):
+        raise DataError(f"{path.name} does not match the array {info.name} records: {advice}")
+    recorded = meta.get(PATHS_DIGEST_KEY)
+    if recorded is not None and listing.name.endswith(PATHS_SIDECAR) and listing.is_file() and recorded != sha256_file(listing):
+        raise DataError(f"{listing.name} does not match the path list {info.name} records: {advice}")
+
+
+def check_npy_output(path: str | os.PathLike[str]) -> None:
+    """For readers of a ``.npy`` that need only its values (an index build): refuse it when its
+    ``.meta.json`` records another array or path list (:func:`check_committed_together`)."""
+    path = Path(path)
+    info = sidecar(path, META_SIDECAR)
+    if info.is_file():
+        check_committed_together(read_metadata(info), path, path_listing(path), info)
 
 
 # --------------------------------------------------------------------------------------------------

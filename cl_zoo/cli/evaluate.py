@@ -8,6 +8,7 @@ weights, data and settings that produced it.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -79,8 +80,18 @@ def _report_path(out: str | None, task: str, result: Any) -> Path:
     if out is not None:
         return Path(out)
     report = result.report
-    name = _slug(f"{task}-{report['model']['name']}-{report['data']['name']}-{report['protocol']}")
-    return Path(REPORTS_FOLDER) / f"{name}-{report['model']['weights_sha256'][:8]}.json"
+    name = _slug(f"{task}-{report['model']['name']}-{report['data']['name']}-{report['protocol']}-seed{report['seed']}")
+    return Path(REPORTS_FOLDER) / f"{name}-{_location_digest(report['data'])}-{report['model']['weights_sha256'][:8]}.json"
+
+
+def _location_digest(data: dict[str, Any]) -> str:
+    """8 hex digits of where the train and test data resolve to: two datasets whose folders share a
+    name (both ``train/``) get reports of their own instead of replacing each other's."""
+    import hashlib
+
+    sources = [str(data.get(split, {}).get("source", "")) for split in ("train", "test")]
+    resolved = [os.path.realpath(s) if s and os.path.exists(s) else s for s in sources]
+    return hashlib.sha256(json.dumps(resolved).encode("utf-8", "surrogatepass")).hexdigest()[:8]
 
 
 def _require_plots(plot: bool) -> None:
@@ -164,7 +175,7 @@ def _common(fn: Callable) -> Callable:
                      help="Feature extraction engine: auto uses OpenVINO on CPU when installed and worth converting."),
         click.option("--no-cache", is_flag=True, help="Recompute features instead of using (and filling) the feature cache."),
         click.option("--seed", type=click.IntRange(0, MAX_SEED), default=0, show_default=True, help="Seed of the sampling, the probe and --random-init weights."),
-        click.option("--out", "out", default=None, help="Report path (default eval-reports/<task>-<model>-<data>-<protocol>-<sha8>.json)."),
+        click.option("--out", "out", default=None, help="Report path (default eval-reports/<task>-<model>-<data>-<protocol>-seed<N>-<where8>-<sha8>.json)."),
         click.option("--plot", is_flag=True, help="Also write PNGs beside the report: confusion matrix, PCA of test features, training curve."),
         click.option("--json", "as_json", is_flag=True, help="Print the report to stdout instead of a summary."),
         click.option("--progress/--no-progress", default=None, callback=_progress_default,

@@ -80,9 +80,8 @@ def index_command(embeddings: str, out: str, max_memory: str, sample: int | None
 def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) -> None:
     """Refuse, in one line, an index (or its ``.json``) that would replace the embeddings it indexes:
     ``cl-zoo index emb.npy --out emb.npy`` used to replace the embeddings with the index, and ``--out
-    emb.meta`` their metadata with the description. ``OUT`` itself is the user's choice to replace
-    (as ``cl-zoo embed --out``); ``OUT.json``, a name derived from it, must be absent or an index
-    description cl-zoo wrote."""
+    emb.meta`` their metadata with the description. ``OUT`` must be absent or a faiss index (an
+    earlier build's); ``OUT.json``, a name derived from it, absent or an index description cl-zoo wrote."""
     from cl_zoo.embedding.files import embedding_files
     from cl_zoo.embedding.shards import named_like_ours
     from cl_zoo.fileio import check_replaceable, refuse_inputs_as_outputs
@@ -95,7 +94,18 @@ def check_index_outputs(source: EmbeddingSource, out: str | os.PathLike[str]) ->
     if source.location.is_dir():
         inputs += named_like_ours(source.location)
     refuse_inputs_as_outputs([out, sidecar_path(out)], inputs)
+    # --out holiday.jpg is somebody's photo: only an earlier index (its type tag, or its description beside it) is replaced
+    check_replaceable(out, lambda p: is_faiss_index(p) or is_index_description(sidecar_path(p)), "a faiss index")
     check_replaceable(sidecar_path(out), is_index_description, "an index description")
 
 
-__all__ = ["check_index_outputs", "index_command"]
+def is_faiss_index(path: Path) -> bool:
+    """Whether ``path`` starts as every faiss index file does: a four-letter type tag beginning with ``I``."""
+    import re
+
+    from cl_zoo.fileio import read_head
+
+    return re.match(rb"I[A-Za-z0-9]{3}", read_head(path, 4)) is not None
+
+
+__all__ = ["check_index_outputs", "index_command", "is_faiss_index"]

@@ -67,7 +67,7 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
     import json
     import sys
 
-    from cl_zoo.fileio import check_output_path
+    from cl_zoo.fileio import check_output_path, refuse_inputs_as_outputs
 
     run_dir = check_output_path(out, folder=True, create_parents=True)  # before the training code is imported, data opened or a model built
     from cl_zoo.train.loop import Trainer, TrainingInterrupted
@@ -81,6 +81,8 @@ def pretrain_command(recipe_path, method, arch, data, val, data_root, out, epoch
     overrides.update(parse_overrides(sets))
     saved = run_dir / "recipe.yaml"
     if recipe_path:
+        # The run writes its recipe.yaml: the user's own file there (epochs, comments) is never rewritten.
+        refuse_inputs_as_outputs([saved], [recipe_path], error=ClZooError)
         base = Recipe.load(recipe_path)
     elif method:
         base = Recipe()

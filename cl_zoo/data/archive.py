@@ -3,7 +3,9 @@
 The cache folder is named after the archive's sha256, so a re-downloaded or moved copy of the same
 archive reuses the extraction, and a changed archive never sees stale files. Extraction goes to a
 temporary folder beside the final one and is renamed into place with a marker inside, so a killed
-run never leaves a half-extracted folder that a later run would trust.
+run never leaves a half-extracted folder that a later run would trust. Before that, the member
+sizes the archive declares are summed against a bound and the free space: a small archive
+declaring gigabytes is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -57,6 +59,54 @@ def archive_sha256(path: Path) -> str:
     return digest
 
 
+# What an archive may unpack to: this many times its own size (images barely compress, so a dataset
+# archive unpacks to about its size), but never less than the floor, for small archives of text.
+MAX_EXPANSION = 100
+MIN_EXTRACT_BOUND = 256 << 20
+FREE_SPACE_MARGIN = 64 << 20  # left free after extraction, for the cache's own files and the run
+
+
+def _declared_sizes(archive: Path, stop_above: int) -> int:
+    """The sum of the member sizes ``archive`` declares, read from its headers; reading stops as soon
+    as it passes ``stop_above`` (a bomb's first header is enough)."""
+    total = 0
+    if archive.name.lower().endswith(".zip"):
+        with zipfile.ZipFile(archive) as zf:
+            for info in zf.infolist():
+                total += info.file_size
+                if total > stop_above:
+                    break
+        return total
+    with tarfile.open(archive) as tf:
+        while (member := tf.next()) is not None:
+            total += member.size if member.isfile() else 0
+            if total > stop_above:
+                break
+    return total
+
+
+def check_extract_size(archive: Path, base: Path) -> None:
+    """Refuse, before a byte is written, an archive declaring more than it plausibly holds
+    (:data:`MAX_EXPANSION` times its size) or more than ``base`` has free."""
+    size = archive.stat().st_size
+    bound = max(MAX_EXPANSION * size, MIN_EXTRACT_BOUND)
+    try:
+        declared = _declared_sizes(archive, bound)
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+        raise DataError(f"unreadable archive {archive}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    if declared > bound:
+        raise DataError(f"archive {archive} declares at least {_mib(declared)} of files, more than the {_mib(bound)} cl-zoo "
+                        f"extracts from a {_mib(size)} archive; refusing to extract it (unpack it yourself and pass the folder)")
+    free = shutil.disk_usage(base).free
+    if declared + FREE_SPACE_MARGIN > free:
+        raise DataError(f"archive {archive} unpacks to {_mib(declared)} but the dataset cache {base} has {_mib(free)} free; "
+                        "free some space or set CL_ZOO_CACHE to a larger disk")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB"
+
+
 def _extract_into(archive: Path, target: Path) -> None:
     name = archive.name.lower()
     try:
@@ -97,6 +147,7 @@ def extract_archive(archive: str | os.PathLike, cache_dir: str | os.PathLike | N
             return final
         if final.exists():  # left by a crash from an older layout: never trust it
             shutil.rmtree(final, ignore_errors=True)
+        check_extract_size(path, base)
         tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=base))
         try:
             _extract_into(path, tmp)

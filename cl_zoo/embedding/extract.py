@@ -43,6 +43,8 @@ from cl_zoo.embedding.preprocess import (
 from cl_zoo.embedding.progress import (
     Chunk,
     barrier,
+    changed_inputs,
+    chunk_stats,
     dist_info,
     load_chunk,
     open_progress,
@@ -64,6 +66,7 @@ class FeatureResult:
     seconds: float = 0.0  # wall time of this call
     computed: int = 0  # images decoded and embedded by this call (not restored from progress)
     resumed: int = 0  # images restored from progress files
+    changed: int = 0  # inputs whose saved progress was dropped because the file changed since (re-embedded)
     precision: str = "fp32"  # what ran: fp32, bf16 or fp16 ("auto" resolved)
     backend: str = "torch"  # what ran: torch or openvino
     backend_reason: str = ""  # why that backend (printed once by commands)
@@ -147,12 +150,15 @@ def extract_features(
         engine = prepare_engine(model, paths, opts, need_fingerprint=progress_dir is not None)
         folder = Path(progress_dir) if progress_dir is not None else None
         done: dict[int, Chunk] = {}
+        changed = 0
         if folder is not None:
             open_progress(folder, engine.progress_manifest(model, paths, batch_size, chunk_size), resume, force, rank, world)
             if resume:
                 for k in range(n_chunks):
                     chunk = load_chunk(folder, k)
-                    if chunk is not None:
+                    stale = changed_inputs(paths, chunk) if chunk is not None else 0
+                    changed += stale
+                    if chunk is not None and not stale:  # a chunk with a changed input is embedded again
                         done[k] = chunk
         todo = [k for k in mine if k not in done]
         resumed = sum(len(c.indices) + len(c.fail_indices) for c in done.values())
@@ -160,6 +166,7 @@ def extract_features(
         def keep(k: int, chunk: Chunk) -> None:
             done[k] = chunk
             if folder is not None:
+                chunk.stats = chunk_stats(paths, chunk)
                 save_chunk(folder, k, chunk)
 
         computed = run_batches(
@@ -178,6 +185,7 @@ def extract_features(
                 done[k] = chunk
         barrier(world)  # every rank has read every part before rank 0 may delete them
     result = _assemble(paths, done, n_chunks, time.perf_counter() - start, computed, resumed)
+    result.changed = changed
     engine.describe(result)
     return result
 

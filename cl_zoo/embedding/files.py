@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -22,14 +23,17 @@ import numpy as np
 # The readers (path list, metadata, .npy header) live below embedding/ and index/, which both read
 # these files; they are re-exported here, where the writer's users have always imported them.
 from cl_zoo.arrays import (  # noqa: F401 - re-exported
+    ARRAY_DIGEST_KEY,
     CSV_SIDECAR,
     LEGACY_PATHS_SIDECAR,
     META_SIDECAR,
+    PATHS_DIGEST_KEY,
     PATHS_SIDECAR,
     ROW_TABLE_HEAD,
     check_recorded_shape,
     checked_metadata,
     csv_with_header,
+    file_digest,
     old_row_table,
     parquet_metadata,
     path_listing,
@@ -37,6 +41,7 @@ from cl_zoo.arrays import (  # noqa: F401 - re-exported
     read_npy_features,
     read_npy_rows,
     read_path_list,
+    sha256_file,
     sidecar,
 )
 from cl_zoo.embedding.checks import (
@@ -153,6 +158,30 @@ def _is_legacy_listing_of(path: Path, count: int | None) -> bool:
     return lines == count
 
 
+def _path_list_text(paths: Sequence[str]) -> str:
+    return "".join(json.dumps(p) + "\n" for p in paths)
+
+
+def _commit_npy(out: Path, array: np.ndarray, paths: Sequence[str], meta: dict[str, object]) -> None:
+    """Write the array, its path list and its metadata as one unit: all three under temporary names
+    first (a full disk fails here, before anything is renamed), then renamed with the metadata last.
+
+    The metadata records the other two files' digests, so a reader that meets a mix (a rename that
+    never happened, a file copied over) refuses it instead of naming one run's rows after another's
+    (:func:`cl_zoo.arrays.check_committed_together`).
+    """
+    with ExitStack() as commit:
+        # Entered first, so renamed last: the contexts leave in reverse order.
+        info_tmp = commit.enter_context(atomic_path(sidecar(out, META_SIDECAR), mkdir=False))
+        listing_tmp = commit.enter_context(atomic_path(sidecar(out, PATHS_SIDECAR), mkdir=False))
+        array_tmp = commit.enter_context(atomic_path(out, mkdir=False))
+        with open(array_tmp, "wb") as fh:  # a file object: np.save would append ".npy" to a bare name
+            np.save(fh, array)
+        listing_tmp.write_text(_path_list_text(paths), encoding="ascii")
+        sealed = {**meta, ARRAY_DIGEST_KEY: file_digest(array_tmp), PATHS_DIGEST_KEY: sha256_file(listing_tmp)}
+        info_tmp.write_text(json.dumps(sealed, indent=1) + "\n")
+
+
 def write_path_list(final: str | os.PathLike[str], paths: Sequence[str]) -> Path:
     """One JSON string per line, written atomically.
 
@@ -161,7 +190,7 @@ def write_path_list(final: str | os.PathLike[str], paths: Sequence[str]) -> Path
     lone surrogate), so each row is exactly one ``\n``-terminated line of ASCII.
     """
     final = Path(final)
-    _atomic_write(final, lambda tmp: Path(tmp).write_text("".join(json.dumps(p) + "\n" for p in paths), encoding="ascii"))
+    _atomic_write(final, lambda tmp: Path(tmp).write_text(_path_list_text(paths), encoding="ascii"))
     return final
 
 
@@ -170,8 +199,9 @@ def save_embeddings(
 ) -> list[Path]:
     """Write ``.npy`` (+ ``.paths.jsonl``, ``.meta.json``) or ``.parquet``; returns the files.
 
-    Every file is written under a temporary name and renamed into place, the sidecars before the
-    array, so a reader never sees an array without its row names. Row paths are stored absolute,
+    The three files of a ``.npy`` output are one unit (:func:`_commit_npy`): written whole under
+    temporary names, then renamed with the metadata, which records the other two's digests, last;
+    a failed write (a full disk) leaves an earlier output as it was. Row paths are stored absolute,
     so the file means the same thing from any working directory. A sidecar name already taken by a
     file cl-zoo did not write (a ``train.meta.json`` of the user's beside ``train.npy``) is refused
     before anything is written (:func:`check_output_files`). A ``.paths.txt`` or ``index,path``
@@ -211,15 +241,8 @@ def save_embeddings(
                                                for k, v in meta.items()})
         _atomic_write(out, lambda tmp: pq.write_table(table, tmp))
         return [out]
-    listing = write_path_list(sidecar(out, PATHS_SIDECAR), paths)
-    info = sidecar(out, META_SIDECAR)
-    _atomic_write(info, lambda tmp: Path(tmp).write_text(json.dumps(meta, indent=1) + "\n"))
-
-    def write_npy(tmp: str) -> None:
-        with open(tmp, "wb") as fh:  # a file object: np.save would append ".npy" to a bare name
-            np.save(fh, array)
-
-    _atomic_write(out, write_npy)
+    listing, info = sidecar(out, PATHS_SIDECAR), sidecar(out, META_SIDECAR)
+    _commit_npy(out, array, paths, meta)
     if stale:  # the listing of the output replaced here (an older version's); a .paths.txt of anybody else's stays
         legacy.unlink(missing_ok=True)
     if old_table is not None:  # the same for an older version's row table

@@ -63,4 +63,16 @@ class EngineOptions:
 EXACT = EngineOptions(precision="fp32", backend="torch")
 
 
-__all__ = ["EXACT", "EngineOptions"]
+@dataclass(frozen=True)
+class RunControl:
+    """How a run treats earlier progress and reports itself, whatever its inputs and output: what
+    ``--resume``, ``--force``, ``--no-progress`` and ``--save-every`` set, declared once."""
+
+    resume: bool = False
+    force: bool = False
+    progress: bool = False
+    chunk_batches: int | None = None  # batches per progress part (--save-every); None: about 1,024 images
+    max_batches: int | None = None  # stop with KeyboardInterrupt after this many batches (how tests interrupt a run)
+
+
+__all__ = ["EXACT", "EngineOptions", "RunControl"]

@@ -4,7 +4,7 @@ Its name is derived from ``--out``, so a folder of the user's can already hold i
 beside ``--out data.npy``). A run writes into it and deletes it at the end; before doing either it
 checks that every entry is one an embed run writes, by content and not by name: the progress
 manifest (a JSON object with the run's digests), ``part-NNNNN.npz`` archives holding exactly the
-four arrays :func:`cl_zoo.embedding.progress.save_chunk` stores, and the hidden temporaries of
+arrays :func:`cl_zoo.embedding.progress.save_chunk` stores, and the hidden temporaries of
 :func:`cl_zoo.fileio.atomic_path` a killed run may leave. Anything else (a file of the user's, a
 sub-folder, a link, a folder that is itself a link) is refused in one line naming it, with or
 without ``--resume``/``--force``: those flags decide what happens to a run's progress, never to
@@ -28,6 +28,8 @@ MAX_PROGRESS_MANIFEST_BYTES = 1 << 16  # ten fields of digests and settings: abo
 # What progress_manifest() records; a manifest without these keys is not a progress manifest.
 PROGRESS_KEYS = frozenset({"count", "paths_sha256", "model_sha256", "preprocess", "batch_size", "chunk_size"})
 PART_MEMBERS = frozenset({"features.npy", "indices.npy", "fail_indices.npy", "fail_reasons.npy"})
+# Each input's size and modification time when its chunk was saved (absent from older versions' parts).
+STATS_MEMBER = "stats.npy"
 _PART = re.compile(r"^part-\d{5,}\.npz$")
 # atomic_path's temporaries: "." + final name + "." + mkstemp's 8 random characters + suffix.
 _TEMPORARY = re.compile(r"^\.(?:part-\d{5,}\.npz\.[a-z0-9_]{8}\.npz|manifest\.json\.[a-z0-9_]{8}\.tmp)$")
@@ -44,7 +46,7 @@ def _is_progress_manifest(path: Path) -> bool:
 def _is_progress_part(path: Path) -> bool:
     try:
         with zipfile.ZipFile(path) as archive:
-            return set(archive.namelist()) == PART_MEMBERS
+            return set(archive.namelist()) in (PART_MEMBERS, PART_MEMBERS | {STATS_MEMBER})
     except (OSError, zipfile.BadZipFile, ValueError, EOFError):
         return False
 
@@ -109,4 +111,4 @@ def discard_progress(folder: str | os.PathLike[str]) -> None:
         pass
 
 
-__all__ = ["PART_MEMBERS", "PROGRESS_KEYS", "check_progress_folder", "discard_progress"]
+__all__ = ["PART_MEMBERS", "STATS_MEMBER", "PROGRESS_KEYS", "check_progress_folder", "discard_progress"]

@@ -33,12 +33,24 @@ from cl_zoo.arrays import file_digest, read_npy_header
 from cl_zoo.embedding.extract import Engine, check_options, chunk_batches_of, decode_ahead, decoding_ahead, prepare_engine, run_batches
 from cl_zoo.embedding.options import EngineOptions
 from cl_zoo.embedding.parts import check_progress_folder, discard_progress
-from cl_zoo.embedding.progress import Chunk, barrier, dist_info, load_chunk, open_progress, save_chunk
+from cl_zoo.embedding.progress import (
+    Chunk,
+    barrier,
+    changed_inputs,
+    check_progress,
+    chunk_stats,
+    dist_info,
+    load_chunk,
+    open_progress,
+    save_chunk,
+)
 from cl_zoo.embedding.shards import (
     MANIFEST_NAME,
+    MAX_SHARD_MANIFEST_BYTES,
     SHARD_FORMAT,
     SHARD_FORMAT_VERSION,
     ShardRecord,
+    changed_in_shard,
     default_shard_images,
     emb_name,
     meta_name,
@@ -50,7 +62,7 @@ from cl_zoo.embedding.shards import (
     write_shard,
 )
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import refuse_inputs_as_outputs
+from cl_zoo.fileio import read_bounded_json, refuse_inputs_as_outputs
 from cl_zoo.optional import require
 
 PARTS_FOLDER = ".parts"
@@ -72,6 +84,7 @@ class ShardRun:
     backend_reason: str = ""
     quantization: dict[str, Any] | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
+    changed: int = 0  # inputs whose saved progress was dropped because the file changed since (re-embedded)
 
     @property
     def rows(self) -> int:
@@ -163,6 +176,19 @@ def finished_shard(folder: Path, s: int, fingerprint: str, digest: str) -> bool:
             "use another --out, or --force to discard its shards"
         )
     return read_npy_header(emb).rows == rows
+
+
+def check_resumable(folder: Path, shards: int, fingerprint: str, digest: str) -> None:
+    """Refuse ``--resume`` into a folder holding another run's shards, before anything is written:
+    its manifest (finished or not) names another run, or one of its shards belongs to one."""
+    manifest = folder / MANIFEST_NAME
+    recorded = read_bounded_json(manifest, MAX_SHARD_MANIFEST_BYTES, "shard manifest") if manifest.is_file() else None
+    if isinstance(recorded, dict) and recorded.get("format") == SHARD_FORMAT and recorded.get("run_sha256") not in (None, digest):
+        other = "another model" if recorded.get("model_sha256") != fingerprint else "other inputs or options"
+        raise DataError(f"cannot resume: {folder}/ holds the shards of another run ({other}); "
+                        "use another --out, or --force to discard its shards")
+    for s in range(shards):
+        finished_shard(folder, s, fingerprint, digest)  # raises for a shard of another run
 
 
 def check_output_folder(folder: Path, inputs: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -312,17 +338,31 @@ def embed_to_shards(
         digest = run_digest(run)
         parts = folder / PARTS_FOLDER
 
+        if rank == 0:  # every refusal before the first write: a refused run leaves the folder as it was
+            check_output_folder(folder)
+            check_progress(parts, run, resume, force)
+            if resume:
+                check_resumable(folder, layout.shards, engine.fingerprint, digest)
         created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
         open_progress(parts, run, resume, force, rank, world)
 
-        finished = {s for s in range(layout.shards) if resume and finished_shard(folder, s, engine.fingerprint, digest)}
+        finished: set[int] = set()
+        changed = 0
+        for s in range(layout.shards) if resume else ():
+            if finished_shard(folder, s, engine.fingerprint, digest):
+                stale = changed_in_shard(folder / meta_name(s), paths)  # a shard with a changed input is embedded again
+                changed += stale
+                if not stale:
+                    finished.add(s)
         mine = [s for s in range(layout.shards) if s % world == rank and s not in finished]
         resumed = sum(len(layout.shard_range(s)) for s in finished)
         done: dict[int, set[int]] = {s: set() for s in mine}
         for s in mine:
             for k in layout.chunks_of(s):
                 chunk = load_chunk(parts, k) if resume else None
-                if chunk is not None:
+                stale = changed_inputs(paths, chunk) if chunk is not None else 0
+                changed += stale
+                if chunk is not None and not stale:  # a chunk with a changed input is embedded again
                     done[s].add(k)
                     resumed += len(layout.chunk_range(k))
                 del chunk
@@ -348,6 +388,7 @@ def embed_to_shards(
                 finish(s)  # every part was saved before an interruption, but the shard was not written
 
         def on_chunk(k: int, chunk: Chunk) -> None:
+            chunk.stats = chunk_stats(paths, chunk)
             save_chunk(parts, k, chunk)
             s = k // layout.chunks_per_shard
             done[s].add(k)
@@ -373,9 +414,9 @@ def embed_to_shards(
     barrier(world)
     return ShardRun(
         folder, records, time.perf_counter() - start, computed, resumed, len(finished), dims, engine.precision,
-        engine.backend, engine.reason, engine.quantization, manifest,
+        engine.backend, engine.reason, engine.quantization, manifest, changed,
     )
 
 
-__all__ = ["MANIFEST_NAME", "PARTS_FOLDER", "ShardLayout", "ShardRun", "abandon_empty_run", "check_output_folder", "complete_manifest",
+__all__ = ["MANIFEST_NAME", "PARTS_FOLDER", "ShardLayout", "ShardRun", "abandon_empty_run", "check_output_folder", "check_resumable", "complete_manifest",
            "embed_to_shards", "finished_shard", "open_output_folder", "probe_dims", "run_digest"]

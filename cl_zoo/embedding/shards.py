@@ -48,7 +48,7 @@ MANIFEST_NAME = "manifest.json"
 # and autofaiss's usual unit); rounded to whole progress chunks.
 DEFAULT_SHARD_ROWS = 1_000_000
 DEFAULT_SHARD_BYTES = 1 << 30
-_MAX_MANIFEST_BYTES = 64 << 20
+MAX_SHARD_MANIFEST_BYTES = 64 << 20
 _FAILURES_HEAD = b"path,reason"
 _OUR_FILE = re.compile(r"^(emb_\d{5,}\.npy|meta_\d{5,}\.parquet|failures_\d{5,}\.csv|manifest\.json)$")
 
@@ -90,7 +90,7 @@ def named_like_ours(folder: Path) -> list[Path]:
 
 def _is_our_manifest(path: Path) -> bool:
     try:
-        manifest = read_bounded_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
+        manifest = read_bounded_json(path, max_bytes=MAX_SHARD_MANIFEST_BYTES, what="shard manifest")
     except ClZooError:
         return False
     return isinstance(manifest, dict) and manifest.get("format") == SHARD_FORMAT
@@ -222,7 +222,9 @@ def _write_meta(path: Path, chunks: Callable[[], Iterable[Chunk]], ref_of: Calla
     pa = require("pyarrow", "--out DIR/ (sharded embeddings)")
     import pyarrow.parquet as pq
 
-    schema = pa.schema([("path", pa.string()), ("id", pa.int64())],
+    # Each row's input size and mtime_ns when it was embedded (-1: not a local file, or a part an
+    # earlier version saved): what --resume compares a finished shard's inputs by.
+    schema = pa.schema([("path", pa.string()), ("id", pa.int64()), ("size", pa.int64()), ("mtime_ns", pa.int64())],
                        metadata={"cl_zoo.model_sha256": fingerprint, "cl_zoo.shard": str(index), "cl_zoo.first_id": str(first_id),
                                  "cl_zoo.run_sha256": run_digest, "cl_zoo.failures": str(failures)})
     with atomic_path(path, suffix=".parquet", mkdir=False) as tmp:
@@ -234,7 +236,11 @@ def _write_meta(path: Path, chunks: Callable[[], Iterable[Chunk]], ref_of: Calla
                 bad = next((r for r in refs if not _utf8(r)), None)
                 if bad is not None:
                     raise DataError(f"file name {bad!r} is not UTF-8, which parquet strings must be; write a .npy output instead")
-                writer.write_table(pa.table({"path": pa.array(refs, pa.string()), "id": pa.array(chunk.indices, pa.int64())}, schema=schema))
+                recorded = {int(i): (size, mtime) for i, size, mtime in (chunk.stats.tolist() if chunk.stats is not None else ())}
+                stats = [recorded.get(int(i), (-1, -1)) for i in chunk.indices]
+                writer.write_table(pa.table({"path": pa.array(refs, pa.string()), "id": pa.array(chunk.indices, pa.int64()),
+                                             "size": pa.array([st[0] for st in stats], pa.int64()),
+                                             "mtime_ns": pa.array([st[1] for st in stats], pa.int64())}, schema=schema))
 
 
 def _utf8(text: str) -> bool:
@@ -243,6 +249,21 @@ def _utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def changed_in_shard(meta: Path, paths: Sequence[str]) -> int:
+    """How many of a finished shard's rows were embedded from a file that has another size or
+    mtime_ns now (``paths``: the run's inputs, by id); 0 for a shard recording none (an earlier version's)."""
+    from cl_zoo.embedding.progress import input_stat
+
+    pq = require("pyarrow.parquet", "--out DIR/ (sharded embeddings)")
+    try:
+        table = pq.read_table(meta, columns=["id", "size", "mtime_ns"])
+    except Exception:  # noqa: BLE001 - no such columns: nothing recorded to compare
+        return 0
+    ids, sizes, mtimes = (table.column(c).to_pylist() for c in ("id", "size", "mtime_ns"))
+    return sum(1 for i, size, mtime in zip(ids, sizes, mtimes)
+               if size is not None and size >= 0 and (not 0 <= i < len(paths) or input_stat(paths[i]) != (size, mtime)))
 
 
 def shard_meta_fingerprint(path: Path) -> tuple[int, str, int]:
@@ -344,7 +365,7 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     path = folder / MANIFEST_NAME
     if not path.exists():
         raise DataError(f"{folder} has no {MANIFEST_NAME}; it is not a finished cl-zoo embed output")
-    manifest = read_bounded_json(path, max_bytes=_MAX_MANIFEST_BYTES, what="shard manifest")
+    manifest = read_bounded_json(path, max_bytes=MAX_SHARD_MANIFEST_BYTES, what="shard manifest")
     if not isinstance(manifest, dict) or manifest.get("format") != SHARD_FORMAT:
         raise DataError(f"{path} is not a cl-zoo shard manifest")
     if manifest.get("version") != SHARD_FORMAT_VERSION:

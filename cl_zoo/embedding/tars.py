@@ -38,7 +38,16 @@ from cl_zoo.embedding.extract import (
 from cl_zoo.embedding.options import EngineOptions
 from cl_zoo.embedding.preprocess import DEFAULT_IMAGE_KEY, Preprocess, TarBatch, TarBatches, parse_image_key
 from cl_zoo.embedding.progress import Chunk, barrier, dist_info
-from cl_zoo.embedding.sharded import ShardRun, abandon_empty_run, complete_manifest, finished_shard, open_output_folder, probe_dims, run_digest
+from cl_zoo.embedding.sharded import (
+    ShardRun,
+    abandon_empty_run,
+    check_resumable,
+    complete_manifest,
+    finished_shard,
+    open_output_folder,
+    probe_dims,
+    run_digest,
+)
 from cl_zoo.embedding.shards import (
     ShardRecord,
     emb_name,
@@ -274,6 +283,8 @@ def _tars_to_shards(model: nn.Module, tars: list[str], folder: Path, opts: Engin
     run = engine.progress_manifest(model, tars, batch_size, 0)
     run.update(image_key=image_key, dtype="float16" if half else "float32", dims=dims, input="webdataset")
     digest = run_digest(run)
+    if rank == 0 and resume:  # before the first write: a refused resume leaves the folder as it was
+        check_resumable(folder, len(tars), engine.fingerprint, digest)
     created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
 
     skipped = {t for t in range(len(tars)) if resume and finished_shard(folder, t, engine.fingerprint, digest)}

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from cl_zoo.errors import ClZooError
-from cl_zoo.fileio import atomic_path, check_output_path
+from cl_zoo.fileio import atomic_path, check_output_path, check_replaceable, read_head
 from cl_zoo.optional import require
 
 
@@ -43,7 +43,18 @@ def check_plot_path(path: str | os.PathLike) -> Path:
     path = check_output_path(path, option="--plot", error=PlotPathError)  # a folder is named as such first
     if path.suffix.lower() != ".png":
         raise PlotPathError(f"--plot writes a PNG: name the file with .png (got {path})")
+    check_replaceable(path, is_plot_png, "a plot", error=PlotPathError)  # a photo named x.png is the user's
     return path
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def is_plot_png(path: Path) -> bool:
+    """Whether ``path`` is a PNG matplotlib drew (its ``Software`` text chunk, written before the
+    pixels): the only kind of file ``--plot`` replaces. A photo or screenshot is somebody's picture."""
+    head = read_head(path, 4096)
+    return head.startswith(_PNG_SIGNATURE) and b"tEXtSoftware\x00Matplotlib" in head
 
 
 def _save(fig: Any, path: str | os.PathLike, *, dpi: int = 110) -> Path:

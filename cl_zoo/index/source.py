@@ -34,6 +34,7 @@ import numpy as np
 # NpyFile, read_npy_header and check_recorded_shape are re-exported here, their old home.
 from cl_zoo.arrays import (  # noqa: F401 - re-exported
     NpyFile,
+    check_npy_output,
     check_recorded_shape,
     normalize,
     parquet_metadata,
@@ -145,6 +146,7 @@ def open_source(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]
         elif location.is_file():
             if location.suffix.lower() != ".npy":
                 raise DataError(f"{location}: an index is built from a .npy file or a folder of .npy shards")
+            check_npy_output(location)  # its sidecars, when there, must be the ones committed with it
             paths = [location]
         else:
             raise DataError(f"embeddings file does not exist: {location}")

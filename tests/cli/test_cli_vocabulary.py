@@ -231,8 +231,12 @@ def test_embed_one_image_resume_finished_and_json(tmp_path: Path, capsys: pytest
     assert "already finished (1 image of these inputs); nothing to resume" in err
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before  # nothing embedded or rewritten
 
-    # Other inputs: not finished, so --resume embeds (as before) and --json reports it on stdout.
-    assert main(["embed", str(PHOTOS), "--out", str(out), "--resume", "--json", "-q", "-j", "0"]) == 0
+    # Other inputs: --resume would replace a finished output with another run's, so it is refused...
+    assert main(["embed", str(PHOTOS), "--out", str(out), "--resume", "--json", "-q", "-j", "0"]) == 2
+    assert "finished run over other inputs" in capsys.readouterr().err
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before
+    # ...and a run without it embeds them, --json reporting on stdout.
+    assert main(["embed", str(PHOTOS), "--out", str(out), "--json", "-q", "-j", "0"]) == 0
     out_text, err = capsys.readouterr()
     summary = json.loads(out_text)
     assert summary["images"] == len(list(PHOTOS.glob("*.jpg"))) and summary["output"] == str(out) and "embedded" not in err
