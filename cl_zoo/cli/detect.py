@@ -245,7 +245,7 @@ def _protocol_steps(preset: Any, max_iter: int | None, defaults: Any) -> tuple[i
 
 
 def _out_folder(out: str | None, deprecated: str | None) -> str:
-    """``--out``, or the deprecated ``--output`` it replaced (issue 42: one CLI vocabulary)."""
+    """``--out``, or the deprecated ``--output`` it replaced (every command names its output ``--out``)."""
     if out is not None and deprecated is not None and out != deprecated:
         raise ClZooError(f"--out {out} and --output {deprecated} name two folders; --output is the old name of --out")
     folder = out if out is not None else deprecated

@@ -3,7 +3,7 @@
 A ``.npy`` output has two sidecars: ``.paths.jsonl`` (its rows' paths, one JSON string per line)
 and ``.meta.json``. Its rows are named once: the ``index,path`` ``.csv`` table earlier versions also
 wrote said the same thing again, and could not round-trip every name in every CSV reader, so it is
-no longer written (issue 42). Outputs of earlier versions still read: their ``.paths.txt`` listing,
+not written. Outputs of earlier versions still read: their ``.paths.txt`` listing,
 or, when nothing else names the rows, their ``.csv`` table; and a new output written over an old one
 removes the old one's ``.csv`` (only when its first line is cl-zoo's ``index,path`` header), so no
 stale table stays beside new embeddings.

@@ -219,7 +219,7 @@ _SKIP_META = re.compile(r"__[^/]*__($|/)")
 
 # The largest tar header record read: a GNU long name or link ('L'/'K') or a pax header ('x'/'g'/'X')
 # is read whole by tarfile, before the member it describes and before any member bound could see
-# it (issue 40: a 2.2 MiB .tar.gz declaring a 512 MiB long name cost +1 to +1.5 GiB). Real ones
+# it (a small .tar.gz declaring a 512 MiB long name would cost a gigabyte or more). Real ones
 # hold a path or a few keywords; 1 MiB is far above them and far below MAX_IMAGE_BYTES.
 MAX_TAR_HEADER_BYTES: int = 1 << 20
 _HEADER_RECORDS = {tarfile.GNUTYPE_LONGNAME: "GNU long-name", tarfile.GNUTYPE_LONGLINK: "GNU long-link",

@@ -756,8 +756,8 @@ class Trainer:
         backbone.eval()
         save_pretrained(backbone, model_dir, recipe=r.to_dict(), metrics=metrics, card_sections=sections,
                         extra_config={"training_data": self.training_data, "training_precision": self.precision,
-                                      # the head left autocast from 2026-12-02 (methods.heads); a config
-                                      # without this key trained its head in training_precision
+                                      # the projection head runs outside autocast (methods.heads); a
+                                      # config without this key trained its head in training_precision
                                       "training_head_precision": "fp32"})
         backbone.train(was)
         if curve is not None:
