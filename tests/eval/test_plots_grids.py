@@ -242,5 +242,5 @@ def test_pretrain_titles_curves_png_with_data_epochs_and_seed(tmp_path: Path, mo
     data = make_folder(tmp_path / "colours")
     assert main(["pretrain", "--method", "dcl", *TINY, "--data", str(data), "--val", str(data), "--epochs", "2", "--batch-size", "16",
                  "--knn-every", "1", "--seed", "3", "--out", str(tmp_path / "run")]) == 0
-    assert seen == ["dcl pixels on colours, 2 epochs, seed 3"]
+    assert seen == ["dcl pixels on 48 images of colours, 2 epochs, seed 3"]  # the real data, counted
     assert (tmp_path / "run" / "model" / "curves.png").read_bytes()[:8] == PNG

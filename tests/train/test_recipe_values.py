@@ -43,7 +43,7 @@ def _refused(args: list[str], capsys, out) -> str:
     (b"schedule: {name: step, milestones: [1, .inf]}\n", "schedule.milestones[1] must be a finite number, got inf"),
     (b"schedule: {gamma: .nan}\n", "schedule.gamma must be a finite number, got nan"),
     (b"epochs: 1000000000\n", "epochs must be >= 1 and <= 100000, got 1000000000"),
-    (b"batch_size: 100000000\n", "batch_size must be >= 1 and <= 1.04858e+06"),
+    (b"batch_size: 100000000\n", "batch_size must be >= 1 and <= 1048576"),
     (b"seed: -1\n", "seed must be >= 0"),
     (b"method_args: {temperature: .inf}\n", "method_args.temperature must be a finite number, got inf"),
     (b"method_args: {temperature: 0}\n", "method_args.temperature must be > 0"),
