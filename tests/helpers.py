@@ -42,6 +42,25 @@ def isolate_cache(monkeypatch: pytest.MonkeyPatch, folder: Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------------ the CLI
+def refuse_model_loads(monkeypatch: pytest.MonkeyPatch, why: str = "a model was loaded before the output was checked") -> None:
+    """Make every model load fail, through each name a caller reaches the loaders by.
+
+    Some modules bind the factory's loaders by value (``from cl_zoo.factory import load_model``) and
+    ``cl_zoo`` caches its lazy names: they are imported first, so none captures the stand-in for the
+    rest of the session, and then each of their names is patched as well as the factory's.
+    """
+    import cl_zoo.embedding.transforms as transforms
+    import cl_zoo.export as export
+    import cl_zoo.factory as factory
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(why)
+
+    for owner, name in ((factory, "load_model"), (factory, "load_pretrained"), (cl_zoo, "load_model"),
+                        (cl_zoo, "load_pretrained"), (export, "load_model"), (transforms, "load_pretrained")):
+        monkeypatch.setattr(owner, name, refuse)
+
+
 def run_cli(*args: object) -> int:
     """``cl-zoo ARGS`` in this process (paths may be ``Path``s); its exit code."""
     return main([str(a) for a in args])

@@ -14,7 +14,7 @@ import pytest
 
 from cl_zoo.cli import cli, main
 from cl_zoo.registry import DEFAULT_MODEL
-from tests.helpers import EXAMPLE_PHOTOS_DIR, TINY_PRETRAIN as TINY, make_folder
+from tests.helpers import EXAMPLE_PHOTOS_DIR, TINY_PRETRAIN as TINY, make_folder, refuse_model_loads
 
 PHOTOS = EXAMPLE_PHOTOS_DIR
 PHOTO = PHOTOS / "pot.jpg"
@@ -35,14 +35,12 @@ def one_error_line(capsys: pytest.CaptureFixture[str], code: int) -> str:
 def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
     """Any model load fails the test: the output must be refused before one."""
 
+    import cl_zoo.eval.baseline as baseline
+
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a model was loaded before the output was checked")
 
-    import cl_zoo.eval.baseline as baseline
-    import cl_zoo.factory as factory
-
-    monkeypatch.setattr(factory, "load_model", refuse)
-    monkeypatch.setattr(factory, "load_pretrained", refuse)
+    refuse_model_loads(monkeypatch)
     monkeypatch.setattr(baseline, "load_model_or_baseline", refuse)
 
 

@@ -16,7 +16,7 @@ from cl_zoo.cli import main
 from cl_zoo.data.images import discover_images
 from cl_zoo.embedding.inputs import resolve_inputs
 from cl_zoo.errors import DataError
-from tests.helpers import EXAMPLE_PHOTOS_DIR, REPO_ROOT
+from tests.helpers import EXAMPLE_PHOTOS_DIR, REPO_ROOT, refuse_model_loads
 
 README = REPO_ROOT / "README.md"
 
@@ -28,13 +28,7 @@ def refusal(path: Path) -> str:
 
 @pytest.fixture
 def no_model_loads(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a model was loaded before the inputs were checked")
-
-    import cl_zoo.factory as factory
-
-    monkeypatch.setattr(factory, "load_model", refuse)
-    monkeypatch.setattr(factory, "load_pretrained", refuse)
+    refuse_model_loads(monkeypatch, "a model was loaded before the inputs were checked")
 
 
 @pytest.mark.parametrize("extra", [[], [str(EXAMPLE_PHOTOS_DIR)]], ids=["alone", "beside-a-folder"])
