@@ -25,7 +25,7 @@ ARCHS = {
 }
 METHOD_ARGS = {"mocov2": ["--set", "method_args.queue_size=8"], "jcl": ["--set", "method_args.queue_size=8"]}
 FAST_METHODS = ("simclr", "mocov2", "cacr")
-SLOW_METHODS = ("dcl", "dclw", "jcl", "simo", "cmc")
+SLOW_METHODS = ("dcl", "dclw", "jcl", "simo", "cmc", "mocov3")
 
 
 @pytest.fixture(scope="module")
