@@ -138,3 +138,12 @@ def test_model_args_are_checked_against_the_timm_class() -> None:
         cl_zoo.create_model("timm/vit_small_patch16_224", patch_sise=8)
     with pytest.raises(cl_zoo.errors.ModelArgumentError, match="does not take pretrained"):
         cl_zoo.create_model("timm/resnet50", pretrained_cfg={})
+
+
+def test_export_of_a_vit_folder_points_to_timms_own_load(vit_folder: Path, tmp_path: Path, capsys) -> None:
+    code = main(["export", "timm", str(vit_folder), str(tmp_path / "out.safetensors")])
+    assert code == 2 and one_error_line(capsys) == (
+        "error: timm/vit_small_patch16_224 (VisionTransformer) is not a ResNet backbone, and its checkpoint folder "
+        "already loads in timm as it is: timm.create_model('local-dir:FOLDER', pretrained=True) (cl-zoo export writes "
+        "ResNet weights only)")
+    assert not any(tmp_path.iterdir())
