@@ -23,7 +23,7 @@ import inspect
 from typing import Any
 
 import torch
-import torch.nn as nn
+from torch import nn
 
 from cl_zoo.checkpoint.checks import accepted_args
 from cl_zoo.errors import ModelArgumentError, ModelNotFoundError

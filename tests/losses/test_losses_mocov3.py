@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from tests.loss_reference import check, mocov3_ref, raw, unit
 
 from cl_zoo.losses.mocov3 import MoCoV3Loss, mocov3_contrast, mocov3_loss
+from tests.loss_reference import check, mocov3_ref, raw, unit
 
 
 @pytest.mark.parametrize(("n", "d", "tau"), [(2, 3, 1.0), (5, 4, 0.2), (7, 8, 0.1)])

@@ -147,3 +147,38 @@ def test_export_of_a_vit_folder_points_to_timms_own_load(vit_folder: Path, tmp_p
         "already loads in timm as it is: timm.create_model('local-dir:FOLDER', pretrained=True) (cl-zoo export writes "
         "ResNet weights only)")
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_timm_loads_the_vit_folder_from_the_hub_with_the_same_features(vit_folder: Path, tmp_path: Path, monkeypatch) -> None:
+    """``timm.create_model("hf-hub:...")`` through the local Hub test server; timm reads the endpoint at
+    import, so the load runs in a child interpreter (as tests/checkpoint/test_timm_compat.py does)."""
+    import os
+    import subprocess
+    import sys
+
+    from huggingface_hub import HfApi
+
+    from tests.hub_server import FakeHub, online
+
+    online(monkeypatch)
+    token = "hf_timm_vit_token"
+    script = """
+import sys, timm, torch, cl_zoo
+torch.manual_seed(0)
+x = torch.rand(2, 3, 32, 32)
+with torch.no_grad():
+    a = timm.create_model("hf-hub:" + sys.argv[1], pretrained=True).eval()(x)
+    b = cl_zoo.load_pretrained(sys.argv[2]).forward_features(x)
+print(float((a - b).abs().max()))
+"""
+    with FakeHub(tmp_path / "hub", token=token) as hub:
+        api = HfApi(endpoint=hub.endpoint, token=token)
+        api.create_repo("timm-test/vit", exist_ok=True)
+        api.upload_folder(repo_id="timm-test/vit", folder_path=str(vit_folder))
+        env = {**os.environ, "HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(tmp_path / "cache"),
+               "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_TOKEN": token}
+        done = subprocess.run([sys.executable, "-c", script, "timm-test/vit", str(vit_folder)], env=env, check=False,
+                              capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert float(done.stdout.strip().splitlines()[-1]) == 0.0
