@@ -182,3 +182,11 @@ print(float((a - b).abs().max()))
                               capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert float(done.stdout.strip().splitlines()[-1]) == 0.0
+
+
+def test_info_describes_a_timm_architecture(capsys) -> None:
+    code = main(["info", "timm/convnext_atto"])
+    out = capsys.readouterr().out
+    assert code == 0 and "timm/convnext_atto (architecture)" in out and "features     : 320" in out
+    assert main(["info", "timm/convnext_atta"]) == 2
+    assert one_error_line(capsys).startswith("error: unknown timm model 'convnext_atta'; did you mean timm/convnext_atto")
