@@ -190,3 +190,17 @@ def test_info_describes_a_timm_architecture(capsys) -> None:
     assert code == 0 and "timm/convnext_atto (architecture)" in out and "features     : 320" in out
     assert main(["info", "timm/convnext_atta"]) == 2
     assert one_error_line(capsys).startswith("error: unknown timm model 'convnext_atta'; did you mean timm/convnext_atto")
+
+
+def test_a_folder_whose_two_architecture_names_disagree_is_one_line(vit_folder: Path, images: Path, tmp_path: Path,
+                                                                   capsys) -> None:
+    import shutil
+
+    folder = tmp_path / "edited"
+    shutil.copytree(vit_folder, folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["cl_zoo_architecture"] = "timm/resnet50"
+    (folder / "config.json").write_text(json.dumps(config))
+    assert main(["embed", "--model", str(folder), str(images), "--out", str(tmp_path / "e.npy")]) == 2
+    assert "'cl_zoo_architecture' must be 'timm/vit_small_patch16_224'" in one_error_line(capsys)
+    assert not (tmp_path / "e.npy").exists()
