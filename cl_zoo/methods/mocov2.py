@@ -60,8 +60,8 @@ class MoCoV2(MomentumMethod):
         self.split_bn = split_bn
         if split_bn > 1 and not has_batchnorm(self.backbone, nn.BatchNorm2d):
             arch = getattr(self.backbone, "arch_name", type(self.backbone).__name__)
-            raise ValueError(f"split_bn={split_bn} splits the backbone's BatchNorm2d layers and {arch} has none (it normalises "
-                             "per sample, so a key's statistics cannot leak across the batch): set split_bn: 1")
+            raise ValueError(f"split_bn={split_bn} splits the backbone's BatchNorm2d layers and {arch} has none (no statistic "
+                             "crosses the batch there, so shuffled BN has nothing to hide): set split_bn: 1")
         if split_bn > 1:  # before the key encoder is copied from it: both encoders split alike (as lightly's)
             self.backbone = convert_split_batchnorm(self.backbone, split_bn)
         if eqco_alpha is not None and not eqco_alpha > 0:
