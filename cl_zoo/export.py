@@ -55,6 +55,7 @@ from cl_zoo.errors import CheckpointError
 from cl_zoo.factory import load_model
 from cl_zoo.models.cmc_dual import CMCDualEncoder
 from cl_zoo.fileio import atomic_path
+from cl_zoo.registry import is_timm_arch
 
 # A key of a torchvision ResNet backbone (no classifier), relative to the backbone.
 _BN = r"(weight|bias|running_mean|running_var|num_batches_tracked)"
@@ -235,10 +236,11 @@ def resnet_weights(
         candidates = {p: ks for p, ks in by_prefix.items() if not _MOMENTUM.search(p) and any(
             k.endswith("conv1.weight") and k[len(p):] == "conv1.weight" for k in ks)}
         if not candidates:
-            kind = f" ({type(source).__name__})" if isinstance(source, nn.Module) else ""
-            raise CheckpointError(
-                f"{label}{kind} is not a ResNet backbone: no torchvision-style conv1/bn1/layer1..4 weights found"
-            )
+            if isinstance(source, nn.Module) and is_timm_arch(str(getattr(source, "arch_name", ""))):
+                raise CheckpointError(
+                    f"{label} is not a ResNet backbone, and its checkpoint folder already loads in timm as it is: "
+                    "timm.create_model('local-dir:FOLDER', pretrained=True) (cl-zoo export writes ResNet weights only)")
+            raise CheckpointError(f"{label} is not a ResNet backbone: no torchvision-style conv1/bn1/layer1..4 weights found")
         ranked = sorted(candidates, key=lambda p: (-len(candidates[p]), len(p)))
         if len(ranked) > 1 and len(candidates[ranked[0]]) == len(candidates[ranked[1]]):
             names = ", ".join(repr(p) for p in ranked[:4])

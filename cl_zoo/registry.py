@@ -39,7 +39,7 @@ __all__ = [
     "CIFAR10_MEAN", "CIFAR10_STD", "IMAGENET_MEAN", "IMAGENET_STD", "DEFAULT_MODEL", "ZOO_NAMESPACE",
     "SHARED_FIELDS", "PretrainedCfg", "ModelEntry", "PretrainedEntry", "register_model", "declare_model",
     "register_pretrained", "list_models", "suggest_models", "get_arch", "get_pretrained", "is_pretrained_name",
-    "is_architecture", "pretrained_of", "find_pretrained", "find_arch", "build_arch", "SUGGESTION_CUTOFF",
+    "is_architecture", "is_timm_arch", "TIMM_PREFIX", "CMC_TIMM_PREFIX", "pretrained_of", "find_pretrained", "find_arch", "build_arch", "SUGGESTION_CUTOFF",
 ]
 
 # The bundled checkpoint `cl-zoo embed` uses when no --model is given (works offline).
@@ -56,6 +56,12 @@ ZOO_NAMESPACE = "cl-zoo"
 # here" to timm, which would send a local-dir load elsewhere: they stay in cl-zoo's part.
 # (Defined here, beside the dataclass whose fields it names; cl_zoo.checkpoint.timm_compat re-exports it.)
 SHARED_FIELDS: tuple[str, ...] = ("mean", "std", "input_size", "interpolation", "crop_pct", "license")
+
+# Architectures resolved through timm rather than declared here (``timm/vit_small_patch16_224``, and
+# CMC's L/ab pair of two of them): any of timm's names works, so they are built on first use by
+# :mod:`cl_zoo.models.timm_encoder` (which imports timm, the ``timm`` extra) and are not listed.
+TIMM_PREFIX = "timm/"
+CMC_TIMM_PREFIX = "cmc_lab/timm/"
 
 
 @dataclass
@@ -304,7 +310,19 @@ def _not_found(name: str, pretrained_only: bool = False) -> ModelNotFoundError:
     return ModelNotFoundError(f"unknown model {name!r}{hint}")
 
 
+def is_timm_arch(name: str) -> bool:
+    """Whether ``name`` names an architecture through timm (``timm/<name>``, ``cmc_lab/timm/<name>``)."""
+    return name.startswith((TIMM_PREFIX, CMC_TIMM_PREFIX))
+
+
+def _timm_arch(name: str) -> ModelEntry:
+    """The entry of a timm architecture; its one-line errors name the missing extra or timm's close names."""
+    return importlib.import_module("cl_zoo.models.timm_encoder").timm_entry(name)  # type: ignore[no-any-return]
+
+
 def get_arch(name: str) -> ModelEntry:
+    if is_timm_arch(name):
+        return _timm_arch(name)
     if name not in _ARCHS:
         raise _not_found(name)
     return _ARCHS[name]
@@ -322,7 +340,7 @@ def is_pretrained_name(name: str) -> bool:
 
 def is_architecture(name: str) -> bool:
     """Whether ``name`` is a registered architecture (random weights), not a pretrained name."""
-    return name in _ARCHS
+    return find_arch(name) is not None
 
 
 def find_pretrained(name: str) -> PretrainedEntry | None:
@@ -331,7 +349,13 @@ def find_pretrained(name: str) -> PretrainedEntry | None:
 
 
 def find_arch(name: str) -> ModelEntry | None:
-    """The architecture registered under ``name``, or None."""
+    """The architecture registered under ``name``, or None (a timm name without timm installed still
+    raises the one line naming the extra: the user asked for timm)."""
+    if is_timm_arch(name):
+        try:
+            return _timm_arch(name)
+        except ModelNotFoundError:
+            return None
     return _ARCHS.get(name)
 
 

@@ -75,6 +75,20 @@ def info_nce_ref(q: Tensor, k: Tensor, queue: Tensor | None, tau: float) -> Tens
     return sum(losses) / n
 
 
+def mocov3_ref(q1: Tensor, q2: Tensor, k1: Tensor, k2: Tensor, tau: float, offset: int = 0) -> Tensor:
+    """MoCo v3 (arXiv 2104.02057, Algorithm 1 with the authors' 2 tau factor): for each direction
+    (q1 against k2, q2 against k1), -2 tau log(exp(q_i.k_{offset+i}/tau) / sum_j exp(q_i.k_j/tau)),
+    averaged over the queries; the two directions summed."""
+    total = 0
+    for q, k in ((q1, k2), (q2, k1)):
+        losses = []
+        for i in range(q.shape[0]):
+            logits = [dot(q[i], k[j]) / tau for j in range(k.shape[0])]
+            losses.append(2 * tau * (-logits[offset + i] + log_sum_exp(logits)))
+        total = total + sum(losses) / len(losses)
+    return total
+
+
 def dcl_ref(z1: Tensor, z2: Tensor, tau: float, weight: list[float] | None = None) -> Tensor:
     n = z1.shape[0]
     losses = []

@@ -37,7 +37,9 @@ from safetensors.torch import load_file, save_file
 # The card module by reference (card.render_card): a replacement patched in there is the one used.
 import cl_zoo.checkpoint.card as card_module
 from cl_zoo.checkpoint.layout import CARD_NAME, CONFIG_NAME, INDEX_NAME, WEIGHTS_NAME
-from cl_zoo.checkpoint.timm_compat import ZOO_CFG_KEY, merged_pretrained_cfg, split_pretrained_cfg
+from cl_zoo.checkpoint.timm_compat import (
+    ZOO_CFG_KEY, merged_pretrained_cfg, split_pretrained_cfg, written_architecture, zoo_architecture,
+)
 from cl_zoo.checkpoint.checks import (
     FLOAT_DTYPES,
     TORCH_DTYPE_NAMES,
@@ -140,7 +142,7 @@ def model_config(
     timm_cfg, zoo_cfg = split_pretrained_cfg(cfg_dict, arch)
     # timm's keys first (what timm.create_model reads), then cl-zoo's, which timm ignores.
     config: dict[str, Any] = {
-        "architecture": arch,
+        **written_architecture(arch),
         "num_classes": 0,
         "num_features": int(getattr(model, "num_features", 0)),
         "model_args": dict(getattr(model, "model_kwargs", {})),
@@ -498,12 +500,13 @@ def load_folder(
     # catch a truncated download or a corrupted copy.
     pins = dict(config.get("files") or {})
     pins.update(sha256 or {})
-    expected = _expected_state(config["architecture"], cfg, config["model_args"], where)
+    arch = zoo_architecture(config)
+    expected = _expected_state(arch, cfg, config["model_args"], where)
     _check_headers(read_headers(folder, pins or None), expected, str(folder))
-    model = build_arch(config["architecture"], cfg, **config["model_args"])
+    model = build_arch(arch, cfg, **config["model_args"])
     load_state_into(model, load_state_dict(folder, pins or None), str(folder), check_finite=True)
     name = config.get("model_name")
-    model.model_name = model_name or (name if isinstance(name, str) and name else None) or config["architecture"]
+    model.model_name = model_name or (name if isinstance(name, str) and name else None) or arch
     model.checkpoint_config = config
     model.checkpoint_source = str(folder)
     return model.eval()

@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 # The PretrainedCfg fields shared with timm (written into config.json's pretrained_cfg) are defined
 # beside the dataclass, in the registry (a leaf); re-exported here for the folder and card code.
-from cl_zoo.registry import SHARED_FIELDS
+from cl_zoo.errors import CheckpointError
+from cl_zoo.registry import SHARED_FIELDS, TIMM_PREFIX
 
 # timm 1.0's PretrainedCfg fields (timm/models/_pretrained.py); only these may sit in pretrained_cfg.
 TIMM_PRETRAINED_FIELDS: frozenset[str] = frozenset({
@@ -73,13 +74,41 @@ def merged_pretrained_cfg(config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+# A backbone built by timm itself (the zoo's ``timm/<name>``) is written with timm's own name in
+# ``architecture``, which is what timm builds from, and the zoo's name in this key, so cl-zoo
+# builds the same model the same way (its pooled ``forward_features``).
+ZOO_ARCH_KEY = "cl_zoo_architecture"
+
+
+def written_architecture(arch: str) -> dict[str, str]:
+    """config.json's architecture keys for the zoo architecture ``arch``."""
+    if arch.startswith(TIMM_PREFIX):
+        return {"architecture": arch[len(TIMM_PREFIX):], ZOO_ARCH_KEY: arch}
+    return {"architecture": arch}
+
+
+def zoo_architecture(config: Mapping[str, Any]) -> str:
+    """The zoo architecture a config.json describes (``architecture`` unless timm built the backbone)."""
+    arch = str(config["architecture"])
+    zoo = config.get(ZOO_ARCH_KEY)
+    if zoo is None:
+        return arch
+    if zoo != TIMM_PREFIX + arch:
+        raise CheckpointError(f"config.json: '{ZOO_ARCH_KEY}' must be {TIMM_PREFIX + arch!r} (its architecture through timm), "
+                              f"got {str(zoo)[:80]!r}")
+    return str(zoo)
+
+
 def timm_architecture(config: Mapping[str, Any]) -> str | None:
     """The timm model name that loads this folder's weights as they are, or None.
 
-    Only an architecture in :data:`TIMM_ARCHITECTURES` built with no extra ``model_args`` (timm
-    would receive them as its own keyword arguments).
+    A backbone timm built (its ``model_args`` are timm's own arguments), or an architecture in
+    :data:`TIMM_ARCHITECTURES` built with no extra ``model_args`` (timm would receive them as its
+    own keyword arguments).
     """
     arch = config.get("architecture")
+    if isinstance(arch, str) and config.get(ZOO_ARCH_KEY) == TIMM_PREFIX + arch:
+        return arch
     if isinstance(arch, str) and arch in TIMM_ARCHITECTURES and not config.get("model_args"):
         return arch
     return None

@@ -329,6 +329,7 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
     voice.info(f"train: {train.summary()}")
     if val is not None:
         voice.info(f"val: {val.summary()}")
+    from cl_zoo.detection.models import check_detection_backbone
     from cl_zoo.eval.baseline import load_model_or_baseline
     from cl_zoo.eval.features import model_identity
 
@@ -346,6 +347,7 @@ def _run(engine: str, preset: str | None, model_spec: str, prefix: str | None, r
         voice.info(f"backbone: ResNet-{weights.depth} from {weights.source} (prefix {weights.prefix!r})")
     else:
         backbone = load_model_or_baseline(model_spec, random_init, seed)
+    check_detection_backbone(backbone)
     identity = model_identity(backbone)
     if note:
         voice.note(note)

@@ -22,7 +22,7 @@ from cl_zoo.checkpoint.hub import find_bundled, registered_repo_id
 from cl_zoo.convert.sources import cache_root
 from cl_zoo.errors import ModelNotFoundError
 from cl_zoo.models.releases import MIRRORS, RELEASES
-from cl_zoo.registry import build_arch, find_pretrained, get_arch, get_pretrained, list_models
+from cl_zoo.registry import build_arch, find_arch, find_pretrained, get_arch, get_pretrained, is_timm_arch, list_models
 
 
 @lru_cache(maxsize=None)
@@ -76,7 +76,10 @@ def where_here(name: str) -> dict[str, str | None]:
 def model_rows(pattern: str = "*", pretrained: bool = False) -> list[dict[str, Any]]:
     """One dict per registered name: the data behind the table and ``--json``."""
     rows = []
-    for name in list_models(pattern, pretrained=pretrained):
+    names = list_models(pattern, pretrained=pretrained)
+    if not pretrained and is_timm_arch(pattern) and find_arch(pattern) is not None:
+        names.append(pattern)  # timm's names are resolved when named, never listed (there are over a thousand)
+    for name in names:
         if (entry := find_pretrained(name)) is not None:
             arch, cfg, kwargs = entry.arch, entry.cfg, entry.model_kwargs
             kind = "pretrained"

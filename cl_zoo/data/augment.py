@@ -125,6 +125,17 @@ class AugmentConfig:
                    blur_p=0.5, name="mocov2")
 
     @classmethod
+    def mocov3(cls, size: int = 224) -> "AugmentConfig":
+        """MoCo v3's first view (its main_moco.py, "follow BYOL's augmentation recipe"): crop scale
+        0.08-1 (``--crop-min``), jitter 0.4/0.4/0.2/0.1 p0.8, gray 0.2, blur sigma [0.1, 2] p1.0."""
+        return cls(size=size, brightness=0.4, contrast=0.4, saturation=0.2, hue=0.1, blur_p=1.0, name="mocov3")
+
+    @classmethod
+    def mocov3_second(cls, size: int = 224) -> "AugmentConfig":
+        """MoCo v3's second view: as the first but blur p0.1 and solarize p0.2 (PIL's threshold 128)."""
+        return replace(cls.mocov3(size), blur_p=0.1, solarize_p=0.2, name="mocov3_second")
+
+    @classmethod
     def cifar(cls, size: int = 32) -> "AugmentConfig":
         """SimCLR's CIFAR-10 setting (App. B.9): colour strength 0.5 (0.4/0.4/0.4/0.1), no blur."""
         return cls(size=size, brightness=0.4, contrast=0.4, saturation=0.4, hue=0.1, blur_p=0.0,
@@ -148,7 +159,8 @@ class AugmentConfig:
 
 
 PRESETS = {"simclr": AugmentConfig.simclr, "dcl": AugmentConfig.dcl, "mocov2": AugmentConfig.mocov2,
-           "cifar": AugmentConfig.cifar, "align_uniform": AugmentConfig.align_uniform, "cmc": AugmentConfig.cmc}
+           "cifar": AugmentConfig.cifar, "align_uniform": AugmentConfig.align_uniform, "cmc": AugmentConfig.cmc,
+           "mocov3": AugmentConfig.mocov3, "mocov3_second": AugmentConfig.mocov3_second}
 
 
 def preset(name: str, size: int | None = None) -> AugmentConfig:

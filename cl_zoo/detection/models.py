@@ -43,6 +43,17 @@ def _is_resnet(model: nn.Module) -> bool:
     return all(hasattr(model, n) for n in ("conv1", "bn1", "maxpool", *_STAGES))
 
 
+def check_detection_backbone(backbone: nn.Module) -> None:
+    """Refuse, in one line, a backbone the ResNet detectors cannot take (checked before any training)."""
+    if _is_resnet(backbone):
+        return
+    arch = getattr(backbone, "arch_name", None) or type(backbone).__name__
+    if hasattr(backbone, "patch_embed"):
+        raise ClZooError(f"{arch} is a Vision Transformer: ViT backbones are not supported by detect yet "
+                         "(it needs a ResNet backbone: conv1/bn1/layer1..4)")
+    raise ClZooError(f"detection needs a ResNet backbone (conv1/bn1/layer1..4); got {arch} ({type(backbone).__name__})")
+
+
 def freeze_batchnorm(module: nn.Module) -> nn.Module:
     """Replace every BatchNorm2d by a FrozenBatchNorm2d carrying the same statistics."""
     for name, child in list(module.named_children()):
@@ -158,8 +169,7 @@ def build_faster_rcnn(
     (RoIs per test image, 1000) dominate the C4 head's cost, since every RoI runs res5: lower both
     for quick CPU runs, never for numbers to compare with the papers.
     """
-    if not _is_resnet(backbone):
-        raise ClZooError(f"detection needs a ResNet backbone (conv1/bn1/layer1..4); got {type(backbone).__name__}")
+    check_detection_backbone(backbone)
     if head not in ("c4", "fpn"):
         raise ClZooError(f"unknown detection head {head!r}; choose c4 or fpn")
     if norm not in ("bn", "frozen"):

@@ -16,6 +16,7 @@ import torch.nn as nn
 import cl_zoo
 from cl_zoo.checkpoint import config_pretrained_cfg, read_config
 
+from cl_zoo.checkpoint.timm_compat import zoo_architecture
 from cl_zoo.registry import build_arch
 
 def load_model_or_baseline(model_spec: str, random_init: bool = False, seed: int = 0) -> nn.Module:
@@ -33,8 +34,9 @@ def load_model_or_baseline(model_spec: str, random_init: bool = False, seed: int
         config = read_config(model_spec)
         cfg = config_pretrained_cfg(config)
         cfg.metrics = {}
-        model = build_arch(config["architecture"], cfg, **config["model_args"])
-        name = config.get("model_name") or config["architecture"]
+        arch = zoo_architecture(config)
+        model = build_arch(arch, cfg, **config["model_args"])
+        name = config.get("model_name") or arch
     else:
         model = cl_zoo.create_model(model_spec)
         name = model_spec

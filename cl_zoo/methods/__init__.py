@@ -22,6 +22,7 @@ from cl_zoo.methods.base import ContrastiveMethod, ViewConfig
 _METHOD_PATHS: dict[str, str] = {
     "simclr": "cl_zoo.methods.simclr:SimCLR",
     "mocov2": "cl_zoo.methods.mocov2:MoCoV2",
+    "mocov3": "cl_zoo.methods.mocov3:MoCoV3",
     "dcl": "cl_zoo.methods.dcl:DCL",
     "dclw": "cl_zoo.methods.dcl:DCLW",
     "simo": "cl_zoo.methods.simo:SiMo",

@@ -25,7 +25,8 @@ class ProjectionHead(nn.Module):
 
     ``batch_norm=True`` puts BN after every linear layer (the last one without affine, as MoCo v2+
     and SiMo's code do, so the output scale is not learned away before L2 normalisation); the linear
-    layers followed by BN carry no bias, since BN's shift makes it redundant.
+    layers carry no bias then, since BN's shift makes it redundant. ``last_bn=False`` leaves the last
+    linear layer without BN (and still without bias): MoCo v3's ResNet predictor.
     """
 
     def __init__(
@@ -36,6 +37,7 @@ class ProjectionHead(nn.Module):
         *,
         num_layers: int = 2,
         batch_norm: bool = False,
+        last_bn: bool = True,
     ) -> None:
         super().__init__()
         if num_layers < 1:
@@ -47,7 +49,7 @@ class ProjectionHead(nn.Module):
         for i in range(num_layers):
             last = i == num_layers - 1
             layers.append(nn.Linear(dims[i], dims[i + 1], bias=not batch_norm))
-            if batch_norm:
+            if batch_norm and (last_bn or not last):
                 layers.append(nn.BatchNorm1d(dims[i + 1], affine=not last))
             if not last:
                 layers.append(nn.ReLU(inplace=True))

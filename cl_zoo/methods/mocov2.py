@@ -26,7 +26,7 @@ from cl_zoo.losses.eqco import eqco_loss
 from cl_zoo.losses.infonce import info_nce
 from cl_zoo.methods.momentum import MomentumMethod
 from cl_zoo.methods.queue import EmbeddingQueue, queue_health
-from cl_zoo.methods.split_bn import convert_split_batchnorm
+from cl_zoo.methods.split_bn import convert_split_batchnorm, has_batchnorm
 
 
 class MoCoV2(MomentumMethod):
@@ -58,6 +58,10 @@ class MoCoV2(MomentumMethod):
             raise ValueError("split_bn simulates shuffled BatchNorm on one device and sync_bn synchronises it across "
                              "devices: set sync_bn: false with split_bn, or split_bn: 1 with sync_bn")
         self.split_bn = split_bn
+        if split_bn > 1 and not has_batchnorm(self.backbone, nn.BatchNorm2d):
+            arch = getattr(self.backbone, "arch_name", type(self.backbone).__name__)
+            raise ValueError(f"split_bn={split_bn} splits the backbone's BatchNorm2d layers and {arch} has none (no statistic "
+                             "crosses the batch there, so shuffled BN has nothing to hide): set split_bn: 1")
         if split_bn > 1:  # before the key encoder is copied from it: both encoders split alike (as lightly's)
             self.backbone = convert_split_batchnorm(self.backbone, split_bn)
         if eqco_alpha is not None and not eqco_alpha > 0:

@@ -74,6 +74,15 @@ class SplitBatchNorm2d(nn.BatchNorm2d):
         return f"{super().extra_repr()}, num_splits={self.num_splits}"
 
 
+def has_batchnorm(module: nn.Module, kind: type[nn.Module] = nn.modules.batchnorm._BatchNorm) -> bool:
+    """Whether any layer of ``module`` is a ``kind`` (by default BatchNorm of any dimension).
+
+    Backbones such as ViTs and ConvNeXts normalise per sample (LayerNorm), so split BatchNorm
+    and SyncBatchNorm have nothing to act on there; callers say so instead of silently doing nothing.
+    """
+    return any(isinstance(m, kind) for m in module.modules())
+
+
 def convert_split_batchnorm(module: nn.Module, num_splits: int) -> nn.Module:
     """``module`` with every ``BatchNorm2d`` replaced by a :class:`SplitBatchNorm2d` of ``num_splits``
     (in place for children; returns the new root if it was one).
@@ -100,4 +109,4 @@ def convert_split_batchnorm(module: nn.Module, num_splits: int) -> nn.Module:
     return module
 
 
-__all__ = ["SplitBatchNorm2d", "convert_split_batchnorm"]
+__all__ = ["SplitBatchNorm2d", "convert_split_batchnorm", "has_batchnorm"]

@@ -55,6 +55,7 @@ from cl_zoo.eval.knn_device import knn_top1_on_device
 from cl_zoo.fileio import atomic_write_bytes, atomic_write_text
 from cl_zoo.interrupts import held_interrupts
 from cl_zoo.methods import build_method_from_recipe
+from cl_zoo.methods.split_bn import has_batchnorm
 from cl_zoo.optional import is_installed, missing_message
 from cl_zoo.precision import resolve_precision, why
 from cl_zoo.progress import Progress
@@ -361,7 +362,10 @@ class Trainer:
     def _prepare_model(self) -> None:
         env, r = self.env, self.recipe
         method = self.method
-        if method.sync_bn and env.distributed:
+        if method.sync_bn and env.distributed and not has_batchnorm(method):
+            if env.is_main:
+                print(f"note: sync_bn: {r.arch} and the method's heads have no BatchNorm layers, nothing to synchronise")
+        elif method.sync_bn and env.distributed:
             if env.device.type == "cuda":
                 method = nn.SyncBatchNorm.convert_sync_batchnorm(method)
                 self.method = method

@@ -217,11 +217,16 @@ STEP_CASES = {"mocov2_split_bn": ("mocov2", {"split_bn": 2}),
               "cmc_bank_nce": ("cmc", {"negatives": "memory_bank", "objective": "nce", "bank_size": 64, "num_negatives": 8})}
 
 
+# Split BN is refused on a backbone without BatchNorm2d (pixels has none): a narrow CIFAR ResNet-18 has some.
+SPLIT_BN_BACKBONE = {"arch": "resnet18_cifar", "model_args": {"width": 0.125, "stem_width": 8}}
+
+
 def _tiny_recipe(method: str, **extra) -> Recipe:
     method, case_args = STEP_CASES.get(method, (method, {}))
     args = {"head_hidden_dim": 32, "head_out_dim": 16, **({"queue_size": 24} if method == "mocov2" else {}), **case_args}
+    backbone = SPLIT_BN_BACKBONE if "split_bn" in case_args else {"arch": "pixels", "model_args": {"input_size": 16}}
     return Recipe.from_dict({
-        "method": method, "arch": "pixels", "model_args": {"input_size": 16}, "method_args": args,
+        "method": method, **backbone, "method_args": args,
         "data": {"image_size": 16, "augment": "cifar"}, "epochs": 1, "batch_size": 4, "knn_every": 0,
         "precision": "fp32", "workers": 0, **extra,
     })
