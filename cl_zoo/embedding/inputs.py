@@ -36,7 +36,15 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Sequence
 
 from cl_zoo.data import images
-from cl_zoo.data.images import IMAGE_EXTENSIONS, discover_images, is_image_path, is_url, list_extension, parse_path_list
+from cl_zoo.data.images import (
+    IMAGE_EXTENSIONS,
+    PATH_LIST_EXTENSIONS,
+    discover_images,
+    is_image_path,
+    is_url,
+    list_extension,
+    parse_path_list,
+)
 from cl_zoo.errors import DataError
 from cl_zoo.optional import require, require_url_reader
 from cl_zoo.text import mib as _mib, one_line as _one_line
@@ -46,8 +54,9 @@ from cl_zoo.text import mib as _mib, one_line as _one_line
 MAX_IMAGE_BYTES: int = 64 << 20
 # Names ending so are WebDataset shards (tarfile reads the compressed ones transparently).
 TAR_SUFFIXES: tuple[str, ...] = (".tar", ".tar.gz", ".tgz")
-# List extensions that are read as lists without asking a remote store whether they are folders.
-LIST_EXTENSIONS: frozenset[str] = frozenset({".txt", ".jsonl", ".csv", ".tsv", ".parquet"})
+# List extensions that are read as lists without asking a remote store whether they are folders:
+# the names a local path list may have, one table for both.
+LIST_EXTENSIONS: frozenset[str] = PATH_LIST_EXTENSIONS
 # A brace pattern expanding to more names than this is refused rather than materialised.
 MAX_EXPANSION: int = 1_000_000
 # ... or to more characters in all (1M names of 128 characters), or nested deeper than this: both
