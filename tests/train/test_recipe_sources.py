@@ -354,12 +354,13 @@ def test_every_cifar10_recipe_is_in_the_table() -> None:
     assert sorted(p.stem for p in RECIPES_DIR.glob("*cifar10*.yaml")) == sorted(SOURCES)
 
 
-@pytest.mark.parametrize("name", sorted(SOURCES))
-def test_recipe_values_are_their_quoted_sources(name: str) -> None:
+def assert_values_are_their_quoted_sources(name: str, table: dict[str, tuple[Any, str, str | None]],
+                                           table_name: str) -> None:
+    """Recipe ``name``'s commented keys are exactly ``table``'s rows, each loading as its value, its comment
+    starting with where the value comes from and quoting the source's text."""
     path = RECIPES_DIR / f"{name}.yaml"
-    table = SOURCES[name]
     in_file = _commented_values(path)
-    assert sorted(in_file) == sorted(table), f"{name}: keys without a row in SOURCES, or rows for keys no longer there"
+    assert sorted(in_file) == sorted(table), f"{name}: keys without a row in {table_name}, or rows for keys no longer there"
     loaded = Recipe.load(path).to_dict()
     for key, (value, where, quote) in table.items():
         assert _lookup(loaded, key) == value, f"{name}: {key} is {_lookup(loaded, key)!r}, its source says {value!r}"
@@ -367,6 +368,11 @@ def test_recipe_values_are_their_quoted_sources(name: str) -> None:
         assert comment.startswith(where), f"{name}: {key}'s comment no longer cites {where!r}: {comment!r}"
         if quote is not None:
             assert f'"{quote}"' in comment, f"{name}: {key}'s comment no longer quotes {quote!r}"
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_recipe_values_are_their_quoted_sources(name: str) -> None:
+    assert_values_are_their_quoted_sources(name, SOURCES[name], "SOURCES")
 
 
 @pytest.mark.parametrize("name", LIGHTLY_RECIPES)

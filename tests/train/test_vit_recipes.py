@@ -18,7 +18,7 @@ import torch
 from cl_zoo.methods import build_method
 from cl_zoo.train.optim import build_optimizer
 from cl_zoo.train.recipe import RECIPES_DIR, Recipe
-from tests.train.test_recipe_sources import _commented_values, _lookup
+from tests.train.test_recipe_sources import assert_values_are_their_quoted_sources
 
 Row = tuple[Any, str, str | None]  # (value, where its comment starts, the text it quotes)
 
@@ -182,17 +182,7 @@ def test_every_vit_recipe_is_in_the_table() -> None:
 
 @pytest.mark.parametrize("name", sorted(VIT_SOURCES))
 def test_vit_recipe_values_are_their_quoted_sources(name: str) -> None:
-    path = RECIPES_DIR / f"{name}.yaml"
-    table = VIT_SOURCES[name]
-    in_file = _commented_values(path)
-    assert sorted(in_file) == sorted(table), f"{name}: keys without a row in VIT_SOURCES, or rows for keys no longer there"
-    loaded = Recipe.load(path).to_dict()
-    for key, (value, where, quote) in table.items():
-        assert _lookup(loaded, key) == value, f"{name}: {key} is {_lookup(loaded, key)!r}, its source says {value!r}"
-        comment = in_file[key][1]
-        assert comment.startswith(where), f"{name}: {key}'s comment no longer cites {where!r}: {comment!r}"
-        if quote is not None:
-            assert f'"{quote}"' in comment, f"{name}: {key}'s comment no longer quotes {quote!r}"
+    assert_values_are_their_quoted_sources(name, VIT_SOURCES[name], "VIT_SOURCES")
 
 
 def test_peak_lr_and_warmup_follow_the_rules_the_sources_state() -> None:
