@@ -72,6 +72,14 @@ def check_number(
     return value
 
 
+def check_count(name: str, value: Any, *, high: float | None = None) -> Any:
+    """``value`` when it is a whole number from 1 to ``high``; zero or a negative count is named as
+    "not positive", the words a user of a count expects, before the bounds are checked."""
+    if isinstance(value, Real) and not isinstance(value, bool) and value <= 0:
+        raise InvalidValueError(f"{name} must be positive, got {value}")
+    return check_number(name, value, low=1, high=high, integer=True)
+
+
 def check_seed(name: str, value: Any) -> int:
     """A random seed every generator cl-zoo seeds accepts: a whole number in 0..:data:`MAX_SEED`.
 

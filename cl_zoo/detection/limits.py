@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cl_zoo.validation import InvalidValueError, check_number, check_numbers
+from cl_zoo.validation import MAX_SEED, InvalidValueError, check_count, check_number, check_numbers
 
 _ITERS = 100_000_000
 _SIDE = (32, 4096)  # pixels of an image's shorter side; the protocols use 480-800
@@ -34,7 +34,7 @@ LIMITS: dict[str, dict[str, Any]] = {
     "proposals_test": dict(low=1, high=100_000, integer=True),
     "checkpoint_period": dict(low=0, high=_ITERS, integer=True),
     "workers": dict(low=0, high=1024, integer=True),
-    "seed": dict(low=0, high=2**32 - 1, integer=True),
+    "seed": dict(low=0, high=MAX_SEED, integer=True),
     "val_limit": dict(low=1, high=_ITERS, integer=True),
     "num_gpus": dict(low=1, high=1024, integer=True),
 }
@@ -60,9 +60,10 @@ def check_detection_values(values: Mapping[str, Any], *, as_flags: bool = False)
         if bounds.pop("list", False):
             check_numbers(name, value, **bounds)
             continue
-        if bounds.get("low") == 1 and isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-            raise InvalidValueError(f"{name} must be positive, got {value}")
-        check_number(name, value, **bounds)
+        if bounds.get("low") == 1 and bounds.get("integer"):
+            check_count(name, value, high=bounds.get("high"))
+        else:
+            check_number(name, value, **bounds)
     steps = values.get("steps")
     if steps is not None and list(steps) != sorted(steps):
         raise InvalidValueError(f"{option_flag('steps') if as_flags else 'steps'} must increase, got {list(steps)}")

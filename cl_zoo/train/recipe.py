@@ -44,9 +44,11 @@ from cl_zoo.bundled import bundled_folder
 from cl_zoo.errors import ClZooError
 from cl_zoo.validation import (
     InvalidValueError,
+    check_count,
     check_nesting,
     check_number,
     check_numbers,
+    check_seed,
     check_yaml_nesting,
     decode_text,
 )
@@ -58,7 +60,6 @@ MAX_BATCH = 1 << 20
 MAX_IMAGE_SIZE = 4096  # pixels a side; contrastive recipes train at 32-224
 MAX_STEPS = 1_000_000_000
 MAX_WORKERS = 1024
-MAX_SEED = 2**32 - 1  # NumPy's generators take seeds below 2**32
 MAX_LR = 100.0  # the base lr, before batch-size scaling (LARS recipes use 0.3-4.8)
 MAX_TEMPERATURE = 100.0
 MAX_RECIPE_BYTES = 1 << 20  # recipes are a few hundred bytes; a bigger file is not one
@@ -210,13 +211,11 @@ class Recipe:
             ("data.image_size", self.data.image_size, MAX_IMAGE_SIZE),
             ("optim.base_batch", self.optim.base_batch, MAX_BATCH),
         ):
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value <= 0:
-                raise InvalidValueError(f"{key} must be positive, got {value}")
-            check_number(key, value, low=1, high=high, integer=True)
+            check_count(key, value, high=high)
         check_number("knn_every", self.knn_every, low=0, high=MAX_EPOCHS, integer=True)
         check_number("checkpoint_every", self.checkpoint_every, low=0, high=MAX_STEPS, integer=True)
         check_number("workers", self.workers, low=0, high=MAX_WORKERS, integer=True)
-        check_number("seed", self.seed, low=0, high=MAX_SEED, integer=True)
+        check_seed("seed", self.seed)
         o, s = self.optim, self.schedule
         check_number("optim.lr", o.lr, low=0, low_open=True, high=MAX_LR)
         check_number("optim.momentum", o.momentum, low=0, high=1, high_open=True)
