@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from cl_zoo.errors import DataError
-from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, read_bounded_json, read_head
+from cl_zoo.fileio import MAX_EMBEDDINGS_META_BYTES, read_bounded_json, read_head, sha256_file
 from cl_zoo.text import one_line, parse_json_lines
 
 __all__ = [
@@ -57,7 +57,6 @@ __all__ = [
     "read_npy_rows",
     "read_path_list",
     "recorded_threshold",
-    "sha256_file",
     "sidecar",
 ]
 
@@ -339,15 +338,6 @@ def read_npy_rows(path: str | os.PathLike[str]) -> NpyRows:
 # copied over) is refused instead of read under somebody else's row names.
 ARRAY_DIGEST_KEY = "array_digest"
 PATHS_DIGEST_KEY = "listing_sha256"
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    """sha256 of a whole file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
 
 
 def check_committed_together(meta: dict[str, object], path: Path, listing: Path, info: Path) -> None:

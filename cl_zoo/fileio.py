@@ -454,6 +454,16 @@ def cache_root() -> Path:
     return Path(os.environ.get("CL_ZOO_CACHE", "~/.cache/cl-zoo")).expanduser()
 
 
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    """sha256 of a whole file's bytes, read in ``chunk``-byte blocks (checkpoint pins, archive
+    digests, an embeddings output's path list)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def files_fingerprint(paths: Sequence[str]) -> str:
     """sha256 over each file's absolute path, size and mtime: who the files are, without reading them.
 

@@ -20,7 +20,6 @@ safetensors are written or read here: loading never unpickles.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -52,7 +51,13 @@ from cl_zoo.checkpoint.checks import (
 )
 from cl_zoo import __version__
 from cl_zoo.errors import CheckpointError, ModelNotFoundError
-from cl_zoo.fileio import MAX_CHECKPOINT_CONFIG_BYTES, atomic_write_text, current_umask, read_bounded_json
+from cl_zoo.fileio import (  # sha256_file: also served as cl_zoo.checkpoint.sha256_file
+    MAX_CHECKPOINT_CONFIG_BYTES,
+    atomic_write_text,
+    current_umask,
+    read_bounded_json,
+    sha256_file,
+)
 from cl_zoo.registry import PretrainedCfg, build_arch, get_arch
 from cl_zoo.text import one_line
 
@@ -75,14 +80,6 @@ def parse_size(size: int | str) -> int:
         if text.endswith(unit):
             return int(float(text[: -len(unit)]) * factor)
     return int(text)
-
-
-def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def weight_files(folder: str | os.PathLike[str]) -> list[str]:

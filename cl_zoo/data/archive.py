@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 from cl_zoo.errors import ClZooError, DataError
-from cl_zoo.fileio import atomic_write_text, cache_root, read_bounded_json  # cache_root: re-exported
+from cl_zoo.fileio import atomic_write_text, cache_root, read_bounded_json, sha256_file  # cache_root: re-exported
 
 ARCHIVE_SUFFIXES: tuple[str, ...] = (".tar.gz", ".tgz", ".tar", ".zip")
 COMPLETE_MARKER = ".cl-zoo-complete"
@@ -29,14 +29,6 @@ COMPLETE_MARKER = ".cl-zoo-complete"
 
 def is_archive(path: str | os.PathLike) -> bool:
     return os.fspath(path).lower().endswith(ARCHIVE_SUFFIXES)
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def archive_sha256(path: Path) -> str:
@@ -51,7 +43,7 @@ def archive_sha256(path: Path) -> str:
             return recorded["sha256"]
     except ClZooError:
         pass  # absent or damaged: hash again
-    digest = _sha256_file(path)
+    digest = sha256_file(path)
     try:
         atomic_write_text(memo, json.dumps({"sha256": digest, "path": str(path.resolve())}))
     except OSError:

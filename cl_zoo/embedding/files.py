@@ -41,7 +41,6 @@ from cl_zoo.arrays import (  # noqa: F401 - re-exported
     read_npy_features,
     read_npy_rows,
     read_path_list,
-    sha256_file,
     sidecar,
 )
 from cl_zoo.embedding.checks import (
@@ -59,6 +58,7 @@ from cl_zoo.fileio import (
     read_bounded_json,
     read_head,
     refuse_inputs_as_outputs,
+    sha256_file,
 )
 from cl_zoo.optional import require
 

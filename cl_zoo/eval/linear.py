@@ -120,7 +120,7 @@ def check_fast_settings(wd_grid: Sequence[float], val_fraction: float, max_iter:
     """The ``fast`` protocol's settings, refused in one line before any feature is extracted.
 
     A NaN weight decay makes every fit NaN and the probe pick a class at random; a zero iteration
-    budget fits nothing; both used to end in a report with a meaningless top-1. Returns the grid.
+    budget fits nothing; either would end in a report with a meaningless top-1. Returns the grid.
     """
     grid = check_numbers("--wd-grid", list(wd_grid), low=0)
     if not grid:
