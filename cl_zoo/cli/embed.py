@@ -153,30 +153,16 @@ def resume_command(ctx: click.Context) -> str:
     Options come from what was typed (defaults are left out); paths, the output and a model folder
     are made absolute, because progress is matched on the absolute image paths.
     """
+    from cl_zoo.cli.rerun import typed_option_words
     from cl_zoo.embedding import model_reference
 
-    typed = (click.core.ParameterSource.COMMANDLINE, click.core.ParameterSource.ENVIRONMENT)
-    params = ctx.params
-    words = ["cl-zoo", "embed", *(os.path.abspath(p) for p in params["paths"])]
-    for param in ctx.command.params:
-        name = param.name
-        if not isinstance(param, click.Option) or name in ("resume", "force", "as_json") or name is None:
-            continue
-        if ctx.get_parameter_source(name) not in typed and name != "out":
-            continue
-        value = params[name]
-        flag = max(param.opts, key=len)
-        if param.is_flag:
-            if value:
-                words.append(flag)
-            elif param.secondary_opts:  # a typed --no-progress
-                words.append(param.secondary_opts[0])
-            continue
+    def word(name: str, value: object) -> str:
         if name == "out":
-            value = os.path.abspath(value)
-        elif name == "model":
-            value = model_reference(value)
-        words += [flag, str(value)]
+            return os.path.abspath(str(value))
+        return model_reference(value) if name == "model" else str(value)
+
+    words = ["cl-zoo", "embed", *(os.path.abspath(p) for p in ctx.params["paths"]),
+             *typed_option_words(ctx, skip=("resume", "force", "as_json"), always=("out",), word=word)]
     words.append("--resume")
     return shlex.join(words)
 

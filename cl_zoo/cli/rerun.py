@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterable
+from collections.abc import Callable, Container, Iterable
 
 import click
 
@@ -21,20 +21,18 @@ def _word(value: object) -> str:
     return os.path.abspath(text) if text and os.path.exists(text) else text
 
 
-def rerun_command(ctx: click.Context, *, add: Iterable[str] = ()) -> str:
-    """``cl-zoo COMMAND`` with every option typed for ``ctx``, then ``add`` (flags not already there)."""
-    words = ["cl-zoo", ctx.info_name or ctx.command.name or ""]
-    trailing: list[str] = []
+def typed_option_words(ctx: click.Context, *, skip: Container[str] = (), always: Container[str] = (),
+                       word: Callable[[str, object], str] = lambda _name, value: _word(value)) -> list[str]:
+    """The options of ``ctx`` as typed (``always``: also when left at their default), each value
+    through ``word(name, value)``; flags as typed (``--no-progress`` too), repeated options repeated."""
+    words: list[str] = []
     for param in ctx.command.params:
         name = param.name
-        if name is None or ctx.get_parameter_source(name) not in _TYPED:
+        if not isinstance(param, click.Option) or name is None or name in skip:
+            continue
+        if ctx.get_parameter_source(name) not in _TYPED and name not in always:
             continue
         value = ctx.params.get(name)
-        if isinstance(param, click.Argument):
-            trailing.extend(_word(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
-            continue
-        if not isinstance(param, click.Option):
-            continue
         flag = max(param.opts, key=len)
         if param.is_flag:
             if value:
@@ -43,7 +41,19 @@ def rerun_command(ctx: click.Context, *, add: Iterable[str] = ()) -> str:
                 words.append(max(param.secondary_opts, key=len))
             continue
         for item in value if param.multiple else [value]:
-            words.extend([flag, _word(item)])
+            words.extend([flag, word(name, item)])
+    return words
+
+
+def rerun_command(ctx: click.Context, *, add: Iterable[str] = ()) -> str:
+    """``cl-zoo COMMAND`` with every option typed for ``ctx``, then ``add`` (flags not already there)."""
+    words = ["cl-zoo", ctx.info_name or ctx.command.name or "", *typed_option_words(ctx)]
+    trailing: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if isinstance(param, click.Argument) and name is not None and ctx.get_parameter_source(name) in _TYPED:
+            value = ctx.params.get(name)
+            trailing.extend(_word(v) for v in (value if isinstance(value, (list, tuple)) else [value]))
     words.extend(flag for flag in add if flag not in words)
     if trailing:
         words.extend(["--", *trailing])
