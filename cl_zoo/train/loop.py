@@ -163,16 +163,20 @@ def open_val_data(spec: str | os.PathLike[str], split: str | None = None, root: 
     return open_image_folder(spec, root=root)
 
 
-def _memory_budget(device: torch.device) -> int:
-    """Bytes the in-memory dataset may take: half the free GPU memory, or half the available RAM."""
+def _free_memory(device: torch.device) -> int:
+    """Bytes free on ``device``: the GPU's free memory, or the host's available RAM (8 GiB if unknown)."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
-        return free // 2
+        return free
     try:
-        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):
-        available = 8 << 30
-    return available // 2
+        return 8 << 30
+
+
+def _memory_budget(device: torch.device) -> int:
+    """Bytes the in-memory dataset may take: half of what is free (:func:`_free_memory`)."""
+    return _free_memory(device) // 2
 
 
 def monitor_search_for(device: torch.device) -> str:
@@ -272,7 +276,7 @@ class Trainer:
             self.method.check_batch_size(r.batch_size)  # a method's own constraint (SiMo: K < batch)
         except ValueError as exc:
             raise ClZooError(f"{r.method}: {exc}") from None
-        check_batch_fits(r, self.num_views, env.world_size, _memory_budget(env.device) * 2)
+        check_batch_fits(r, self.num_views, env.world_size, _free_memory(env.device))
         if r.sync_bn and env.distributed and env.device.type != "cuda":
             raise ClZooError("sync_bn with several processes needs CUDA (torch's SyncBatchNorm has no CPU kernel)")
 
