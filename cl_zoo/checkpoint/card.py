@@ -230,16 +230,19 @@ def training_dataset(config: Mapping[str, Any]) -> str | None:
         return dataset if isinstance(dataset, str) and dataset.strip() else None
     from cl_zoo.data.named import identify_dataset  # the cl_zoo.data package imports torch
 
-    classes = _whole(data.get("classes"))
     return identify_dataset(str(data.get("source")), data.get("split"), int(data["images"]),
-                            classes=classes, claimed=data.get("dataset") if isinstance(data.get("dataset"), str) else None)
+                            classes=_whole(data.get("classes")), claimed=_recipe_dataset(data))
+
+
+def _recipe_dataset(data: Mapping[str, Any]) -> str | None:
+    """The dataset the run's recipe was written for, as its training-data record names it."""
+    return data.get("dataset") if isinstance(data.get("dataset"), str) else None
 
 
 def _named_like(data: Mapping[str, Any]) -> Any:
     from cl_zoo.data.named import named_like  # the cl_zoo.data package imports torch
 
-    claimed = data.get("dataset") if isinstance(data.get("dataset"), str) else None
-    return named_like(str(data.get("source")), data.get("split"), claimed)
+    return named_like(str(data.get("source")), data.get("split"), _recipe_dataset(data))
 
 
 def training_data_name(config: Mapping[str, Any]) -> str | None:
