@@ -178,17 +178,17 @@ def finished_shard(folder: Path, s: int, fingerprint: str, digest: str) -> bool:
     return read_npy_header(emb).rows == rows
 
 
-def check_resumable(folder: Path, shards: int, fingerprint: str, digest: str) -> None:
+def check_resumable(folder: Path, shards: int, fingerprint: str, digest: str) -> set[int]:
     """Refuse ``--resume`` into a folder holding another run's shards, before anything is written:
-    its manifest (finished or not) names another run, or one of its shards belongs to one."""
+    its manifest (finished or not) names another run, or one of its shards belongs to one. Returns
+    the shards of this run already on disk whole (:func:`finished_shard`), read once here."""
     manifest = folder / MANIFEST_NAME
     recorded = read_bounded_json(manifest, MAX_SHARD_MANIFEST_BYTES, "shard manifest") if manifest.is_file() else None
     if isinstance(recorded, dict) and recorded.get("format") == SHARD_FORMAT and recorded.get("run_sha256") not in (None, digest):
         other = "another model" if recorded.get("model_sha256") != fingerprint else "other inputs or options"
         raise DataError(f"cannot resume: {folder}/ holds the shards of another run ({other}); "
                         "use another --out, or --force to discard its shards")
-    for s in range(shards):
-        finished_shard(folder, s, fingerprint, digest)  # raises for a shard of another run
+    return {s for s in range(shards) if finished_shard(folder, s, fingerprint, digest)}  # raises for another run's
 
 
 def check_output_folder(folder: Path, inputs: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
@@ -338,22 +338,24 @@ def embed_to_shards(
         digest = run_digest(run)
         parts = folder / PARTS_FOLDER
 
+        whole: set[int] | None = None  # this run's shards on disk, once the rank that checks has read them
         if rank == 0:  # every refusal before the first write: a refused run leaves the folder as it was
             check_output_folder(folder)
             check_progress(parts, run, resume, force)
             if resume:
-                check_resumable(folder, layout.shards, engine.fingerprint, digest)
+                whole = check_resumable(folder, layout.shards, engine.fingerprint, digest)
         created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
         open_progress(parts, run, resume, force, rank, world)
 
+        if whole is None or force:  # --force has just deleted what the check found
+            whole = {s for s in range(layout.shards) if resume and finished_shard(folder, s, engine.fingerprint, digest)}
         finished: set[int] = set()
         changed = 0
-        for s in range(layout.shards) if resume else ():
-            if finished_shard(folder, s, engine.fingerprint, digest):
-                stale = changed_in_shard(folder / meta_name(s), paths)  # a shard with a changed input is embedded again
-                changed += stale
-                if not stale:
-                    finished.add(s)
+        for s in sorted(whole):
+            stale = changed_in_shard(folder / meta_name(s), paths)  # a shard with a changed input is embedded again
+            changed += stale
+            if not stale:
+                finished.add(s)
         mine = [s for s in range(layout.shards) if s % world == rank and s not in finished]
         resumed = sum(len(layout.shard_range(s)) for s in finished)
         done: dict[int, set[int]] = {s: set() for s in mine}

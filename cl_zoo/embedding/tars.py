@@ -283,11 +283,13 @@ def _tars_to_shards(model: nn.Module, tars: list[str], folder: Path, opts: Engin
     run = engine.progress_manifest(model, tars, batch_size, 0)
     run.update(image_key=image_key, dtype="float16" if half else "float32", dims=dims, input="webdataset")
     digest = run_digest(run)
+    skipped: set[int] | None = None
     if rank == 0 and resume:  # before the first write: a refused resume leaves the folder as it was
-        check_resumable(folder, len(tars), engine.fingerprint, digest)
+        skipped = check_resumable(folder, len(tars), engine.fingerprint, digest)
     created = open_output_folder(folder, resume=resume, force=force, metadata=metadata, fingerprint=engine.fingerprint, digest=digest)
 
-    skipped = {t for t in range(len(tars)) if resume and finished_shard(folder, t, engine.fingerprint, digest)}
+    if skipped is None or force:  # --force has just deleted what the check found
+        skipped = {t for t in range(len(tars)) if resume and finished_shard(folder, t, engine.fingerprint, digest)}
     mine = [(t, tars[t]) for t in range(len(tars)) if t % world == rank and t not in skipped]
     def on_tar(t: int, chunk: Chunk, refs: dict[int, str]) -> None:
         write_shard(folder, t, lambda: [chunk], refs.__getitem__, dims=dims, half=half, fingerprint=engine.fingerprint or "",
